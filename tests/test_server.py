@@ -1,0 +1,251 @@
+"""The gRPC service for real: a server on a loopback port, batch and streaming calls, health,
+reflection, deadlines, bombs next to normal items, overload, and a SIGTERM drain."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from tests.conftest import ServerProcess, math_item
+from verifier.client import ClientConfig, VerifierClient
+from verifier.items import Status
+from verifier.proto import verifier_pb2 as pb
+from verifier.proto import verifier_pb2_grpc as pb_grpc
+from verifier.scoring import ScoringConfig
+from verifier.server import RETRY_AFTER_KEY, ServeConfig, create_server
+
+BOMBS = [
+    r"\boxed{9^{9^{9^{9}}}}",
+    r"\boxed{(10^8)!}",
+    r"\boxed{" + "(" * 5000 + "1" + ")" * 5000 + "}",
+]
+
+
+def normal_items(n: int, prefix: str = "n") -> list[dict]:
+    items = []
+    for i in range(n):
+        gold = str(i * 7 + 3)
+        answer = gold if i % 3 else str(i * 7 + 4)  # every third one wrong
+        items.append(math_item(f"{prefix}{i}", f"<think>work</think> so \\boxed{{{answer}}}", gold))
+    return items
+
+
+def expected_status(i: int) -> Status:
+    return Status.CORRECT if i % 3 else Status.INCORRECT
+
+
+def stub(address: str) -> pb_grpc.VerifierStub:
+    return pb_grpc.VerifierStub(grpc.insecure_channel(address))
+
+
+def test_batch_scores_in_order(server) -> None:
+    _, addr = server
+    with VerifierClient(addr) as client:
+        results = client.score(normal_items(30))
+    assert [r.id for r in results] == [f"n{i}" for i in range(30)]
+    assert [r.status for r in results] == [expected_status(i) for i in range(30)]
+    assert all(r.reward == (1.0 if r.correct else 0.0) for r in results)
+
+
+def test_stream_answers_every_item_once(server) -> None:
+    _, addr = server
+    with VerifierClient(addr) as client:
+        results = list(client.stream(normal_items(200, prefix="s")))
+    assert sorted(r.id for r in results) == sorted(f"s{i}" for i in range(200))
+    by_id = {r.id: r for r in results}
+    assert all(by_id[f"s{i}"].status is expected_status(i) for i in range(200))
+
+
+def test_stream_results_arrive_before_the_stream_ends(server) -> None:
+    """Streaming: the first result comes back while the client is still sending."""
+    _, addr = server
+    sent_before_first_result: list[int] = []
+    sent = [0]
+
+    def gen():
+        for item in normal_items(60, prefix="g"):
+            sent[0] += 1
+            yield item
+            time.sleep(0.02)
+
+    with VerifierClient(addr) as client:
+        for r in client.stream(gen()):
+            if not sent_before_first_result:
+                sent_before_first_result.append(sent[0])
+    assert sent_before_first_result[0] < 60
+
+
+def test_health_is_serving(server) -> None:
+    _, addr = server
+    h = health_pb2_grpc.HealthStub(grpc.insecure_channel(addr))
+    for service in ("", "verifier.v1.Verifier"):
+        resp = h.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+        assert resp.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_reflection_lists_the_services(server) -> None:
+    _, addr = server
+    r = reflection_pb2_grpc.ServerReflectionStub(grpc.insecure_channel(addr))
+    responses = r.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
+                                       timeout=5)
+    names = {s.name for resp in responses for s in resp.list_services_response.service}
+    assert {"verifier.v1.Verifier", "grpc.health.v1.Health"} <= names
+
+
+def test_per_item_deadline_gives_timeout(server) -> None:
+    _, addr = server
+    # a trig identity goes through sympy's simplify: tens of milliseconds, far over 0.1 ms
+    items = [math_item("slow", r"\boxed{\sin^2 x + \cos^2 x + \frac{\sqrt{8}}{2\sqrt{2}}}", "2",
+                       limits={"timeout_s": 0.0001}),
+             math_item("ok", r"\boxed{2}", "2")]
+    with VerifierClient(addr) as client:
+        slow, ok = client.score(items)
+    assert slow.status is Status.TIMEOUT, slow.detail
+    assert ok.status is Status.CORRECT
+
+
+def test_bombs_next_to_normal_items(server) -> None:
+    """Expression bombs get a verdict within their deadline; the normal items around them are
+    still right and still fast."""
+    _, addr = server
+    items = normal_items(40, prefix="b")
+    for j, bomb in enumerate(BOMBS):
+        items.insert(j * 10, math_item(f"bomb{j}", bomb, "5", limits={"timeout_s": 2.0}))
+    start = time.monotonic()
+    with VerifierClient(addr) as client:
+        results = client.score(items)
+    elapsed = time.monotonic() - start
+    by_id = {r.id: r for r in results}
+    for j in range(len(BOMBS)):
+        assert by_id[f"bomb{j}"].status in (Status.INCORRECT, Status.TIMEOUT, Status.MEMORY_LIMIT)
+        assert by_id[f"bomb{j}"].elapsed_ms < 10_000
+    assert all(by_id[f"b{i}"].status is expected_status(i) for i in range(40))
+    assert elapsed < 20  # a hung sympy call would take minutes
+
+
+@pytest.mark.parametrize(
+    "item, reason",
+    [
+        (pb.Item(id="d", domain="chemistry", response="x", ground_truth_json='"1"'), "unknown domain"),
+        (pb.Item(id="j", domain="math", response="x", ground_truth_json="{not json"), "not valid JSON"),
+        (pb.Item(id="e", domain="math", response="x", ground_truth_json=""), "empty"),
+        (pb.Item(id="n", domain="math", response="x", ground_truth_json='"1"',
+                 limits=pb.Limits(timeout_s=-1)), "positive"),
+        (pb.Item(id="t", domain="math", response="x", ground_truth_json='"1"',
+                 limits=pb.Limits(timeout_s=10_000)), "maximum"),
+        (pb.Item(id="big", domain="math", response="x" * 1_000_001, ground_truth_json='"1"'), "cap"),
+        (pb.Item(id="gt", domain="math", response=r"\boxed{1}", ground_truth_json="{}"), ""),
+    ],
+)
+def test_bad_items_get_invalid_input_and_do_not_spoil_the_batch(server, item, reason) -> None:
+    _, addr = server
+    good = pb.Item(id="good", domain="math", response=r"\boxed{4}", ground_truth_json='"4"')
+    resp = stub(addr).Score(pb.ScoreRequest(items=[good, item, good]), timeout=30)
+    statuses = [pb.Status.Name(r.status) for r in resp.results]
+    assert statuses == ["CORRECT", "INVALID_INPUT", "CORRECT"]
+    assert reason in resp.results[1].detail
+
+
+def test_full_queue_is_resource_exhausted_with_retry_hint() -> None:
+    srv, port = create_server("127.0.0.1:0",
+                              ServeConfig(scoring=ScoringConfig(workers=1, max_pending=3)))
+    try:
+        items = [pb.Item(id=str(i), domain="math", response=r"\boxed{1}", ground_truth_json='"1"')
+                 for i in range(10)]
+        with pytest.raises(grpc.RpcError) as e:
+            stub(f"127.0.0.1:{port}").Score(pb.ScoreRequest(items=items), timeout=30)
+        assert e.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert dict(e.value.trailing_metadata())[RETRY_AFTER_KEY] == "500"
+    finally:
+        srv.stop(1)
+
+
+def test_async_client_batch_and_stream(server) -> None:
+    import asyncio
+
+    from verifier.client import AsyncVerifierClient
+
+    _, addr = server
+
+    async def go():
+        async with AsyncVerifierClient(addr) as client:
+            batch = await client.score(normal_items(9, prefix="a"))
+            streamed = [r async for r in client.stream(normal_items(9, prefix="as"))]
+        return batch, streamed
+
+    batch, streamed = asyncio.run(go())
+    assert [r.status for r in batch] == [expected_status(i) for i in range(9)]
+    assert sorted(r.id for r in streamed) == sorted(f"as{i}" for i in range(9))
+
+
+def test_non_loopback_bind_needs_insecure() -> None:
+    with pytest.raises(ValueError, match="--insecure"):
+        ServeConfig(host="0.0.0.0")
+    with pytest.raises(ValueError, match="loopback"):
+        ServeConfig(host="0.0.0.0", insecure=True, unsafe_no_sandbox=True)
+    assert ServeConfig(host="0.0.0.0", insecure=True).host == "0.0.0.0"
+
+
+def test_sigterm_drains_in_flight_work() -> None:
+    """SIGTERM while a large batch is being scored: the batch still gets every result, new
+    calls are refused, and the process exits 0."""
+    sp = ServerProcess(0, "--grace-s", "60", "--workers", "2")
+    try:
+        client = VerifierClient(sp.address, ClientConfig(max_retries=0))
+        client.wait_ready()
+        items = normal_items(600, prefix="t")
+        out: dict = {}
+
+        def call():
+            try:
+                out["results"] = _one_batch(client, items)
+            except Exception as e:  # noqa: BLE001 - recorded for the assertion below
+                out["error"] = e
+
+        th = threading.Thread(target=call)
+        th.start()
+        time.sleep(1.0)
+        sp.proc.send_signal(signal.SIGTERM)
+        th.join(timeout=120)
+        assert "error" not in out, out.get("error")
+        assert len(out["results"]) == 600
+        assert all(r.status is expected_status(int(r.id[1:])) for r in out["results"])
+        assert sp.proc.wait(timeout=60) == 0
+        logs = sp.rest_of_output()
+        assert "draining" in logs and "stopped" in logs
+    finally:
+        sp.terminate(signal.SIGKILL)
+
+
+def _one_batch(client: VerifierClient, items: list[dict]):
+    """All items in ONE unary call (so the drain must finish a call already in flight)."""
+    from verifier.convert import item_to_proto, result_from_proto
+
+    resp = client._stub.Score(pb.ScoreRequest(items=[item_to_proto(i) for i in items]), timeout=120)
+    return [result_from_proto(r) for r in resp.results]
+
+
+def test_check_cli_embedded_and_remote(server, tmp_path) -> None:
+    from verifier.cli import main
+
+    _, addr = server
+    src = tmp_path / "items.jsonl"
+    lines = [json.dumps(i) for i in normal_items(6, prefix="c")]
+    lines.insert(2, "{this is not json")
+    lines.insert(4, json.dumps({"id": "nodomain", "response": "x", "ground_truth": "1"}))
+    src.write_text("\n".join(lines) + "\n")
+    for extra in ([], ["--addr", addr]):
+        out = tmp_path / f"out{len(extra)}.jsonl"
+        assert main(["check", "--input", str(src), "--output", str(out), "--progress", "off", *extra]) == 0
+        rows = [json.loads(x) for x in out.read_text().splitlines()]
+        assert [r["id"] for r in rows] == ["c0", "c1", "line3", "c2", "nodomain", "c3", "c4", "c5"]
+        assert rows[2]["status"] == "INVALID_INPUT" and "line 3" in rows[2]["detail"]
+        assert rows[4]["status"] == "INVALID_INPUT" and "domain" in rows[4]["detail"]
+        assert [rows[i]["status"] for i in (0, 1, 3)] == ["INCORRECT", "CORRECT", "CORRECT"]

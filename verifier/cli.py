@@ -1,0 +1,173 @@
+"""``verifier`` command line: ``serve`` and ``check`` (DESIGN.md 3.2).
+
+Each subcommand is one config dataclass; tyro turns its fields and their docstrings into flags
+and help text.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Iterator, Literal
+
+import tyro
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from verifier.items import Item, Limits, Outcome, Result, Status, invalid, item_from_dict
+from verifier.scoring import ScoringConfig
+from verifier.server import ServeConfig, serve
+
+log = logging.getLogger("verifier")
+
+
+@dataclass
+class CheckConfig:
+    """``verifier check``: score a JSONL file of items (DESIGN.md 3.1) into a JSONL of results."""
+
+    input: Annotated[Path, tyro.conf.arg(aliases=["-i"])]
+    """Items, one JSON object per line."""
+    output: Annotated[Path, tyro.conf.arg(aliases=["-o"])]
+    """Where to write the results, one per line, in input order."""
+    addr: str | None = None
+    """HOST:PORT of a running verifier. Without it, items are scored in-process through the
+    same code the server runs."""
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    progress: Literal["auto", "on", "off"] = "auto"
+    """Progress bar: "auto" shows it on a terminal only."""
+    log_format: Literal["json", "text"] = "text"
+
+
+def setup_logging(fmt: str, level: int = logging.INFO) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        from pythonjsonlogger.json import JsonFormatter
+
+        handler.setFormatter(JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def read_items(path: Path) -> Iterator[Item | tuple[str, Outcome]]:
+    """Yield one Item (or an ``(id, INVALID_INPUT)`` pair) per non-empty line; a malformed line
+    becomes an INVALID_INPUT result naming the line instead of stopping the file."""
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                yield f"line{lineno}", invalid(f"{path.name} line {lineno}: not valid JSON: {e}")
+                continue
+            parsed = item_from_dict(obj, index=lineno)
+            if isinstance(parsed, tuple):
+                yield parsed[0], Outcome(parsed[1].status, f"line {lineno}: {parsed[1].detail}")
+            else:
+                yield parsed
+
+
+def _progress(mode: str, console: Console) -> Progress:
+    return Progress(
+        TextColumn("[bold]scoring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, disable=(mode == "off") or (mode == "auto" and not console.is_terminal),
+        transient=False,
+    )
+
+
+def run_check(cfg: CheckConfig) -> list[Result]:
+    entries = list(read_items(cfg.input))
+    console = Console(stderr=True)
+    results: list[Result | None] = [None] * len(entries)
+    with _progress(cfg.progress, console) as bar:
+        task = bar.add_task("scoring", total=len(entries))
+        if cfg.addr is None:
+            from verifier.scoring import Scorer
+
+            with Scorer(cfg.scoring) as scorer:
+                if scorer.sandbox_problem:
+                    log.warning("code items will get SANDBOX_ERROR: %s", scorer.sandbox_problem)
+                futures = [scorer.submit(e, block_s=3600.0) for e in entries]
+                for i, fut in enumerate(futures):
+                    results[i] = fut.result()
+                    bar.advance(task)
+        else:
+            from verifier.client import VerifierClient
+
+            # Wire ids are line indices, so duplicate or odd ids in the file cannot collide on
+            # the stream; each result gets its item's own id back below.
+            wire: list[Item] = []
+            for i, e in enumerate(entries):
+                if isinstance(e, tuple):
+                    results[i] = Result.from_outcome(e[0], e[1], Limits(), 0.0)
+                    bar.advance(task)
+                else:
+                    wire.append(Item(str(i), e.domain, e.response, e.ground_truth,
+                                     e.data_source, e.limits))
+            with VerifierClient(cfg.addr) as client:
+                for r in client.stream(wire):
+                    i = int(r.id)
+                    entry = entries[i]
+                    assert not isinstance(entry, tuple)
+                    r.id = entry.id
+                    results[i] = r
+                    bar.advance(task)
+    done = [r for r in results if r is not None]
+    if len(done) != len(results):
+        raise RuntimeError(f"{len(results) - len(done)} items got no result")
+    cfg.output.parent.mkdir(parents=True, exist_ok=True)
+    with cfg.output.open("w", encoding="utf-8") as f:
+        for r in done:
+            f.write(json.dumps(r.to_dict()) + "\n")
+    return done
+
+
+def summary_table(results: list[Result], title: str = "verifier results") -> Table:
+    """Counts by status and mean reward, overall and per data source."""
+    by_source: dict[str, list[Result]] = defaultdict(list)
+    for r in results:
+        by_source[r.data_source or "-"].append(r)
+    statuses = [s.value for s in Status if any(r.status is s for r in results)]
+    table = Table(title=title)
+    table.add_column("data_source")
+    table.add_column("items", justify="right")
+    table.add_column("mean reward", justify="right")
+    for s in statuses:
+        table.add_column(s, justify="right")
+    rows = sorted(by_source.items()) + ([("ALL", results)] if len(by_source) > 1 else [])
+    for name, rs in rows:
+        counts = Counter(r.status.value for r in rs)
+        mean = sum(r.reward for r in rs) / len(rs) if rs else 0.0
+        table.add_row(name, str(len(rs)), f"{mean:.3f}", *[str(counts.get(s, 0)) for s in statuses])
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        config: Any = tyro.extras.subcommand_cli_from_dict(
+            {"serve": ServeConfig, "check": CheckConfig},
+            args=argv,
+            config=(tyro.conf.OmitArgPrefixes,),
+        )
+    except ValueError as e:  # a cross-field rule of a config dataclass
+        Console(stderr=True).print(f"[red]error:[/red] {e}")
+        return 2
+    setup_logging(config.log_format)
+    if isinstance(config, ServeConfig):
+        serve(config)
+        return 0
+    results = run_check(config)
+    Console().print(summary_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

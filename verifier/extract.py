@@ -1,0 +1,81 @@
+"""Pulling the final answer out of a model response (DESIGN.md 5).
+
+Pure string functions shared by the math and code scorers; no sympy, no sandbox.
+"""
+
+from __future__ import annotations
+
+import re
+
+_THINK_OPEN = "<think>"
+_THINK_CLOSE = "</think>"
+
+
+def after_think(response: str) -> str | None:
+    """The part of ``response`` that carries the final answer.
+
+    - With a ``</think>``: everything after the last one; but None when a new ``<think>`` opens
+      after it and never closes (the response was cut off inside a second reasoning block).
+    - With a ``<think>`` and no ``</think>``: the response was cut off inside its reasoning and
+      has no answer (None).
+    - With no think tags: the whole text.
+    """
+    close = response.rfind(_THINK_CLOSE)
+    if close >= 0:
+        tail = response[close + len(_THINK_CLOSE):]
+        return None if _THINK_OPEN in tail else tail
+    if _THINK_OPEN in response:
+        return None
+    return response
+
+
+_BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])(\s*)")
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``, braces balanced;
+    None when there is none or the last one is never closed (the answer was cut off).
+    Escaped braces ``\\{ \\}`` and ``\\\\`` inside do not count. ``\\boxed 5`` (no braces)
+    gives the next token."""
+    for m in reversed(list(_BOX.finditer(text))):
+        i = m.end()
+        if i < len(text) and text[i] == "{":
+            return _braced(text, i)
+        if m.group(1):
+            tok = re.match(r"[^\s$]+", text[i:])
+            if tok:
+                return tok.group(0)
+    return None
+
+
+def _braced(text: str, start: int) -> str | None:
+    """The content of the brace group opening at ``text[start]``, or None if it never closes."""
+    depth = 0
+    j = start
+    n = len(text)
+    while j < n:
+        c = text[j]
+        if c == "\\":
+            j += 2  # \{ \} \\ and any command letter: never a group brace
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start + 1 : j]
+        j += 1
+    return None
+
+
+_FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+
+
+def last_code_block(text: str, languages: tuple[str, ...] = ("python", "py", "python3", "")) -> str | None:
+    """Body of the last fenced code block whose language tag is in ``languages`` (an untagged
+    block counts when ``""`` is listed); None when there is none."""
+    found = None
+    for m in _FENCE.finditer(text):
+        if m.group(1).lower() in languages:
+            found = m.group(2)
+    return found

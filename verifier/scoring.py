@@ -1,0 +1,232 @@
+"""The scoring engine behind the gRPC service and the embedded ``verifier check``.
+
+It routes each item to its domain's pure scorer and turns whatever happens into exactly one
+Result per item: math runs in the DeadlinePool's worker processes (a hard deadline per item),
+code runs in sandboxed processes started from a bounded thread pool (the sandbox enforces the
+program's limits). One item's failure never touches another item's result.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Iterable, Literal
+
+from verifier.items import Item, Limits, Outcome, Result, Status, VerifierError, validate_item
+from verifier.pool import DeadlineExceeded, DeadlinePool, TaskFailed, WorkerDied
+
+log = logging.getLogger(__name__)
+
+SandboxKind = Literal["nsjail", "docker", "unsafe-none"]
+
+
+@dataclass
+class ScoringConfig:
+    """How items are scored. Shared by ``verifier serve`` and ``verifier check``."""
+
+    workers: int = 2
+    """Math worker processes, and code samples run at once. Default 2 (one per core here);
+    set it to the pod's CPU count."""
+    sandbox: SandboxKind = "nsjail"
+    """Where model-written code runs: "nsjail" (default), "docker", or "unsafe-none" (no
+    isolation; development only, refused off loopback)."""
+    math_timeout_s: float = 5.0
+    """Hard wall-clock deadline for one math item, seconds, unless the item asks for another.
+    5 s is far above a normal item (~10 ms) and bounds a sympy blow-up."""
+    max_timeout_s: float = 300.0
+    """The largest per-item deadline a caller may ask for, seconds; a larger one is
+    INVALID_INPUT (a client cannot pin a worker for an hour)."""
+    max_pending: int = 4096
+    """Items queued per domain beyond those running; past it a batch call gets
+    RESOURCE_EXHAUSTED and a stream waits (backpressure). Bounds server memory."""
+    worker_memory_mb: int = 2048
+    """Address-space limit of each math worker process, MiB; a bigger answer is MEMORY_LIMIT."""
+
+
+def _preload_modules() -> tuple[str, ...]:
+    # Imported once in the forkserver so each (re)started worker begins warm.
+    return ("verifier.math_worker",)
+
+
+def _math_task(response: str, ground_truth: Any, limits: Limits) -> Outcome:
+    from verifier.math_score import score_math
+
+    return score_math(response, ground_truth, limits)
+
+
+class Scorer:
+    """Scores items; ``submit`` returns a Future[Result] and never raises for a bad item."""
+
+    def __init__(self, config: ScoringConfig, sandbox: Any | None = None):
+        self.config = config
+        self._pool = DeadlinePool(
+            config.workers,
+            max_pending=config.max_pending,
+            memory_mb=config.worker_memory_mb,
+            preload=_preload_modules(),
+        )
+        self._code_threads = ThreadPoolExecutor(
+            max_workers=config.workers, thread_name_prefix="verifier-code"
+        )
+        # Bounds the code items accepted but not finished, like the math pool's queue.
+        self._code_slots = threading.BoundedSemaphore(config.max_pending + config.workers)
+        self.sandbox = sandbox
+        self.sandbox_problem: str | None = None
+        if sandbox is None:
+            self.sandbox, self.sandbox_problem = open_sandbox(config.sandbox)
+        self._closed = False
+
+    # -- public -------------------------------------------------------------------------
+    def submit(self, item: Item | tuple[str, Outcome], block_s: float = 0.0) -> Future:
+        """Start scoring one item. ``item`` may be an ``(id, Outcome)`` pair for an item that
+        already failed validation. Raises VerifierError("resource_exhausted") only when the
+        queue is full (after waiting up to ``block_s``)."""
+        start = time.monotonic()
+        if isinstance(item, tuple):
+            item_id, outcome = item
+            return _done(Result.from_outcome(item_id, outcome, Limits(), 0.0))
+        problem = validate_item(item) or self._check_limits(item.limits)
+        if problem is not None:
+            return _done(Result.from_outcome(item.id, problem, item.limits, 0.0, item.data_source))
+        if item.domain == "math":
+            return self._submit_math(item, start, block_s)
+        return self._submit_code(item, start, block_s)
+
+    def score(self, items: Iterable[Item | tuple[str, Outcome]]) -> list[Result]:
+        """Score a batch in order (blocking; waits for queue room instead of failing)."""
+        futures = [self.submit(it, block_s=3600.0) for it in items]
+        return [f.result() for f in futures]
+
+    @property
+    def pending(self) -> int:
+        return self._pool.pending
+
+    @property
+    def worker_restarts(self) -> dict[str, int]:
+        return dict(self._pool.restarts)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.shutdown()
+        self._code_threads.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> "Scorer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ----------------------------------------------------------------------
+    def _check_limits(self, limits: Limits) -> Outcome | None:
+        for name in ("timeout_s", "test_timeout_s"):
+            v = getattr(limits, name)
+            if v is not None and v > self.config.max_timeout_s:
+                return Outcome(
+                    Status.INVALID_INPUT,
+                    f"limits.{name}={v:g} s is over this server's maximum of "
+                    f"{self.config.max_timeout_s:g} s",
+                )
+        return None
+
+    def _submit_math(self, item: Item, start: float, block_s: float) -> Future:
+        limits = item.limits.with_defaults(timeout_s=self.config.math_timeout_s)
+        inner = self._pool.submit(
+            _math_task, (item.response, item.ground_truth, limits), limits.timeout_s, block_s
+        )
+        out: Future = Future()
+
+        def finish(f: Future) -> None:
+            try:
+                outcome = f.result()
+            except CancelledError:
+                out.cancel()
+                return
+            except DeadlineExceeded as e:
+                outcome = Outcome(Status.TIMEOUT, str(e))
+            except TaskFailed as e:
+                if e.kind == "MemoryError":
+                    outcome = Outcome(Status.MEMORY_LIMIT, f"evaluating the answer: {e}")
+                else:
+                    log.error("math scorer failed", extra={"item_id": item.id, "error": str(e)})
+                    outcome = Outcome(Status.INTERNAL_ERROR, f"math scorer failed: {e}")
+            except WorkerDied as e:
+                log.error("math worker died", extra={"item_id": item.id, "error": str(e)})
+                outcome = Outcome(Status.INTERNAL_ERROR, str(e))
+            except Exception as e:  # noqa: BLE001 - one result per item, whatever happened
+                outcome = Outcome(Status.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
+            out.set_result(_result(item, outcome, limits, start))
+
+        # Cancelling the outer future (an RPC that went away) cancels the queued inner task.
+        out.add_done_callback(lambda f: inner.cancel() if f.cancelled() else None)
+        inner.add_done_callback(finish)
+        return out
+
+    def _submit_code(self, item: Item, start: float, block_s: float) -> Future:
+        if self.sandbox is None:
+            return _done(
+                _result(
+                    item,
+                    Outcome(Status.SANDBOX_ERROR, f"no sandbox: {self.sandbox_problem}"),
+                    item.limits,
+                    start,
+                )
+            )
+        if block_s > 0:
+            acquired = self._code_slots.acquire(timeout=block_s)
+        else:
+            acquired = self._code_slots.acquire(blocking=False)
+        if not acquired:
+            raise VerifierError(
+                f"verifier busy: {self.config.max_pending} code items already queued; retry later",
+                "resource_exhausted",
+            )
+        sandbox = self.sandbox
+
+        def run() -> Result:
+            from verifier.code_score import score_code
+
+            try:
+                outcome = score_code(item.response, item.ground_truth, item.limits, sandbox)
+            except Exception as e:  # noqa: BLE001 - score_code should not raise; if it does,
+                # the item says so instead of the whole batch failing.
+                log.exception("code scorer failed", extra={"item_id": item.id})
+                outcome = Outcome(Status.INTERNAL_ERROR, f"code scorer failed: {type(e).__name__}: {e}")
+            return _result(item, outcome, item.limits, start)
+
+        fut = self._code_threads.submit(run)
+        fut.add_done_callback(lambda _f: self._code_slots.release())
+        return fut
+
+
+def _result(item: Item, outcome: Outcome, limits: Limits, start: float) -> Result:
+    elapsed_ms = (time.monotonic() - start) * 1000.0
+    return Result.from_outcome(item.id, outcome, limits, elapsed_ms, item.data_source)
+
+
+def _done(result: Result) -> Future:
+    f: Future = Future()
+    f.set_result(result)
+    return f
+
+
+def open_sandbox(kind: SandboxKind) -> tuple[Any | None, str | None]:
+    """Create the sandbox and run its self-test. Returns ``(sandbox, None)`` or
+    ``(None, why)``: with no working sandbox the service still scores math and answers every
+    code item with SANDBOX_ERROR naming the reason (never an unsandboxed run)."""
+    try:
+        from sandbox import SandboxUnavailable, create_sandbox
+    except ImportError as e:
+        return None, f"sandbox package unavailable: {e}"
+    try:
+        sb = create_sandbox(kind)
+        sb.self_test()
+    except SandboxUnavailable as e:
+        log.error("sandbox self-test failed; code items will get SANDBOX_ERROR",
+                  extra={"sandbox": kind, "reason": str(e)})
+        return None, f"{kind} sandbox failed its self-test: {e}"
+    return sb, None
