@@ -1,0 +1,380 @@
+"""The math scorer (DESIGN.md 5): extraction, equivalence, its chosen rules, bad input, bombs."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from verifier import math_score
+from verifier.items import Limits, Status
+from verifier.math_score import MAX_ANSWER_CHARS, score_math
+
+C, I, N, X = Status.CORRECT, Status.INCORRECT, Status.NO_ANSWER, Status.INVALID_INPUT
+LIMITS = Limits()
+EVAL_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "eval"
+
+
+def box(answer: str) -> str:
+    return f"<think>some reasoning</think>The answer is $\\boxed{{{answer}}}$."
+
+
+# (id, response, ground truth, expected status)
+TABLE: list[tuple[str, str, Any, Status]] = [
+    # plain integers, signs, near misses
+    ("int", box("5"), "5", C),
+    ("int-wrong", box("3"), "5", I),
+    ("sign", box("-3"), "3", I),
+    ("sign-rev", box("3"), "-3", I),
+    ("near-decimal", box("2.0001"), "2", I),
+    ("int-as-float", box("2.0"), "2", C),
+    ("pi-vs-3.14", box("3.14"), "\\pi", I),
+    ("pi-vs-pi", box("\\pi"), "\\pi", C),
+    # leading zeros (AIME golds are written 025)
+    ("lead-zero-answer", box("007"), "7", C),
+    ("lead-zero-gold", box("25"), "025", C),
+    ("lead-zero-both", box("073"), "073", C),
+    ("lead-zero-wrong", box("026"), "025", I),
+    # fractions and decimals
+    ("frac-slash", box("1/2"), "0.5", C),
+    ("frac-short", box("\\frac12"), "0.5", C),
+    ("dfrac", box("\\dfrac{1}{2}"), "\\frac{1}{2}", C),
+    ("tfrac", box("\\tfrac{1}{2}"), "1/2", C),
+    ("decimal-vs-frac", box("0.5"), "\\frac{1}{2}", C),
+    ("frac-wrong", box("\\frac{1}{3}"), "0.5", I),
+    ("third-rounded", box("0.333333"), "\\frac{1}{3}", C),
+    ("third-short", box("0.33"), "\\frac{1}{3}", I),
+    # radicals
+    ("radical", box("2\\sqrt{2}"), "\\sqrt{8}", C),
+    ("radical-rev", box("\\sqrt{8}"), "2\\sqrt{2}", C),
+    ("radical-wrong", box("2\\sqrt{3}"), "\\sqrt{8}", I),
+    ("radical-frac", box("\\frac{\\sqrt{2}}{2}"), "\\frac{1}{\\sqrt{2}}", C),
+    # factorials: the known weak spot of plain math-verify
+    ("fact-near-miss", box("\\frac{1}{2006!}"), "\\frac{1}{2004!}", I),
+    ("fact-near-miss-rev", box("\\frac{1}{2004!}"), "\\frac{1}{2006!}", I),
+    ("fact-equal", box("\\frac{1}{2004!}"), "\\frac{1}{2004!}", C),
+    ("fact-equal-spaced", box("\\frac{1}{2004 !}"), "\\frac{1}{2004!}", C),
+    ("fact-pi-near-miss", box("\\frac{\\pi}{2006!}"), "\\frac{\\pi}{2004!}", I),
+    ("tiny-near-miss", box("2\\cdot 10^{-20}"), "10^{-20}", I),
+    ("tiny-vs-zero", box("0"), "\\frac{\\pi}{2004!}", I),
+    ("tiny-rational-vs-zero", box("0"), "\\frac{1}{2004!}", I),
+    ("fact-value", box("3628800"), "10!", C),
+    ("fact-value-rev", box("10!"), "3628800", C),
+    ("fact-value-wrong", box("3628801"), "10!", I),
+    # legitimately big golds
+    ("pow-big", box("1267650600228229401496703205376"), "2^{100}", C),
+    ("pow-big-off-by-one", box("1267650600228229401496703205377"), "2^{100}", I),
+    ("pow-big-same", box("2^{100}"), "2^{100}", C),
+    ("pow-tower-small", box("2^{2^{2^{2}}}"), "65536", C),
+    # \pm: a set of both signs
+    ("pm-list", box("2, -2"), "\\pm 2", C),
+    ("pm-list-rev", box("-2, 2"), "\\pm 2", C),
+    ("pm-nospace", box("\\pm2"), "\\pm 2", C),
+    ("pm-gold-list", box("\\pm 2"), "2,-2", C),
+    ("pm-one-root", box("2"), "\\pm 2", I),
+    ("pm-extra-root", box("\\pm 2"), "2", I),
+    ("pm-expr", box("1 \\pm \\sqrt{2}"), "1+\\sqrt{2}, 1-\\sqrt{2}", C),
+    ("pm-wrong", box("\\pm 3"), "\\pm 2", I),
+    # several boxes: the last one counts
+    ("boxes-last-right", "\\boxed{3} no wait \\boxed{5}", "5", C),
+    ("boxes-last-wrong", "\\boxed{5} no wait \\boxed{3}", "5", I),
+    ("boxes-not-a-set", "\\boxed{2} and \\boxed{-2}", "\\pm 2", I),
+    ("box-nested", "\\boxed{\\boxed{5}}", "5", C),
+    ("fbox", "\\fbox{5}", "5", C),
+    # intervals, tuples, sets
+    ("interval-closed", box("[1,2]"), "[1, 2]", C),
+    ("interval-half-open", box("(1, 2]"), "[1,2]", I),
+    ("interval-open-vs-closed", box("(1,2)"), "[1,2]", I),
+    ("interval-inf", box("(-\\infty, 3)"), "(-\\infty,3)", C),
+    ("interval-union", box("(-\\infty,1)\\cup(2,\\infty)"), "(-\\infty, 1) \\cup (2, \\infty)", C),
+    ("tuple", box("(1, 2)"), "(1,2)", C),
+    ("tuple-order", box("(2,1)"), "(1,2)", I),
+    ("tuple-frac", box("\\left(\\frac{1}{2}, 3\\right)"), "(0.5, 3)", C),
+    ("set-order", box("\\{2,1\\}"), "\\{1,2\\}", C),
+    ("set-wrong", box("\\{1,3\\}"), "\\{1,2\\}", I),
+    ("list-order", box("3, 1, 2"), "1, 2, 3", C),
+    # matrices
+    ("matrix", box("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}"), "\\begin{pmatrix}1 & 2\\\\ 3 & 4\\end{pmatrix}", C),
+    ("matrix-bmatrix", box("\\begin{bmatrix}1&2\\\\3&4\\end{bmatrix}"), "\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", C),
+    ("matrix-wrong", box("\\begin{pmatrix}1&2\\\\3&5\\end{pmatrix}"), "\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", I),
+    # complex numbers
+    ("complex", box("1+2i"), "1+2i", C),
+    ("complex-order", box("2i+1"), "1+2i", C),
+    ("complex-conj", box("1-2i"), "1+2i", I),
+    # percent: p% matches p and p/100
+    ("pct-vs-number", box("50\\%"), "50", C),
+    ("pct-gold", box("50"), "50\\%", C),
+    ("pct-vs-fraction", box("50\\%"), "0.5", C),
+    ("pct-wrong", box("40\\%"), "50", I),
+    # degrees: dropped, no radian conversion
+    ("deg", box("30^\\circ"), "30", C),
+    ("deg-braced", box("30^{\\circ}"), "30", C),
+    ("deg-gold", box("336"), "336^\\circ", C),
+    ("deg-wrong", box("31^\\circ"), "30", I),
+    ("deg-vs-radian", box("\\frac{\\pi}{6}"), "30^\\circ", I),
+    # equations
+    ("eq-answer", box("x = 5"), "5", C),
+    ("eq-gold", box("5"), "x=5", C),
+    ("eq-both", box("x=5"), "x = 5", C),
+    ("eq-other-var", box("y=5"), "x=5", I),
+    ("eq-wrong-rhs", box("x = 6"), "5", I),
+    # units in \text
+    ("unit-cm", box("5\\text{ cm}"), "5", C),
+    ("unit-mbox", box("5 \\mbox{cm}"), "5", C),
+    ("unit-wrong", box("6\\text{ cm}"), "5", I),
+    ("text-answer", box("\\text{(B)}"), "B", C),
+    # symbolic
+    ("poly", box("x^2+2x+1"), "(x+1)^2", C),
+    ("poly-wrong", box("x^2+1"), "(x+1)^2", I),
+    ("dollars-inside", "\\boxed{$\\frac{3}{4}$}", "0.75", C),
+    ("currency", box("\\$5"), "5", C),
+    ("currency-wrong", box("\\$6"), "5", I),
+    # think handling
+    ("think-unclosed", "<think>so it is \\boxed{5} and then", "5", N),
+    ("think-inside-only", "<think>it is \\boxed{5}</think> I am done.", "5", N),
+    ("think-after-wins", "<think>maybe \\boxed{4}</think> so \\boxed{5}", "5", C),
+    ("think-after-wrong", "<think>maybe \\boxed{5}</think> so \\boxed{4}", "5", I),
+    ("think-reopened", "<think>a</think> \\boxed{5} <think> more", "5", N),
+    ("no-tags", "We get \\boxed{5}.", "5", C),
+    # no box: no answer (no fallback to the last number)
+    ("no-box", "<think>r</think>The answer is 5.", "5", N),
+    ("empty-box", box(""), "5", N),
+    ("unclosed-box", "<think>r</think>\\boxed{5", "5", N),
+    ("empty-response", "", "5", N),
+    # lists of acceptable answers
+    ("list-second", box("\\frac{1}{2}"), ["1", "0.5"], C),
+    ("list-none", box("3"), ["1", "2"], I),
+    ("list-json", box("3"), '["3", "three"]', C),
+    ("list-json-wrong", box("4"), '["3"]', I),
+    ("gold-int", box("42"), 42, C),
+    ("gold-int-wrong", box("41"), 42, I),
+    ("gold-float", box("\\frac{1}{2}"), 0.5, C),
+    ("gold-tiny-float", box("10^{-7}"), 1e-07, C),
+    ("gold-list-ints", box("7"), [6, 7], C),
+    ("gold-boxed", box("9"), "\\boxed{9}", C),
+    ("gold-interval-string", box("[1, 2]"), "[1, 2]", C),  # stays an interval, not a JSON list
+]
+
+
+@pytest.mark.parametrize("response, gold, expected", [row[1:] for row in TABLE], ids=[row[0] for row in TABLE])
+def test_score_table(response: str, gold: Any, expected: Status) -> None:
+    out = score_math(response, gold, LIMITS)
+    assert out.status is expected, out.detail
+    assert out.detail
+
+
+def test_table_is_broad() -> None:
+    assert len(TABLE) >= 80
+    assert len({row[0] for row in TABLE}) == len(TABLE)
+
+
+@pytest.mark.parametrize(
+    "gold, needle",
+    [
+        ({"answer": "3"}, "object"),
+        ('{"answer": "3"}', "object"),
+        ([["3"]], "nested list"),
+        ([], "empty list"),
+        ("[]", "empty list"),
+        ("", "empty answer"),
+        ("   ", "empty answer"),
+        (["3", ""], "ground_truth[1] is an empty answer"),
+        (True, "boolean"),
+        ([True], "boolean"),
+        (None, "NoneType"),
+        (float("nan"), "finite"),
+        (["1"] * (math_score.MAX_GOLD_ANSWERS + 1), "over the cap"),
+        ("1" * (math_score.MAX_GOLD_CHARS + 1), "over the cap"),
+    ],
+)
+def test_invalid_ground_truth(gold: Any, needle: str) -> None:
+    out = score_math(box("3"), gold, LIMITS)
+    assert out.status is Status.INVALID_INPUT
+    assert needle in out.detail
+
+
+def test_invalid_response_type() -> None:
+    out = score_math(None, "3", LIMITS)  # type: ignore[arg-type]
+    assert out.status is Status.INVALID_INPUT
+    assert "response" in out.detail
+
+
+def test_details_name_answer_and_gold() -> None:
+    assert score_math(box("1/2"), "0.5", LIMITS).detail == "answer '1/2' matches gold '0.5'"
+    assert score_math(box("3"), "5", LIMITS).detail == "answer '3' does not match gold '5'"
+    several = score_math(box("3"), ["1", "2"], LIMITS).detail
+    assert "none of the 2 acceptable answers" in several and "'1'" in several
+    assert "never closed" in score_math("<think>x", "1", LIMITS).detail
+    assert "no \\boxed" in score_math("5", "5", LIMITS).detail
+    assert "cut off" in score_math("\\boxed{5", "5", LIMITS).detail
+
+
+def test_long_details_are_truncated() -> None:
+    detail = score_math(box("x+" * 200 + "1"), "1", LIMITS).detail
+    assert len(detail) < 200
+
+
+BOMBS = [
+    ("tower", "9^{9^{9^{9}}}"),
+    ("tower-flat", "9^9^9^9"),
+    ("factorial", "(10^8)!"),
+    ("factorial-braced", "{10^{8}}!"),
+    ("factorial-left-right", "\\left(10^{8}\\right)!"),
+    ("factorial-of-factorial", "100!!!"),
+    ("big-exponent-literal", "2^{123456789012345678901234567890}"),
+    ("binomial", "\\binom{10^{10^{10}}}{10^{10}}"),
+    ("tiny", "\\frac{1}{10^{10^{10}}}"),
+    ("inside-function", "\\sin\\left(9^{9^{9^{9}}}\\right)"),
+    ("exp", "\\exp{10^{100}}"),
+    ("nested-parens", "(" * 3000 + "1" + ")" * 3000),
+    ("nested-parens-short", "(" * 400 + "1" + ")" * 400),
+    ("nested-unclosed", "((((" * 2000),
+    ("nested-braces", "{" * 30 + "1" + "}" * 30),
+    ("nested-sqrt", "\\sqrt" * 300 + "{2}"),
+    ("long", "1" * 50_000),
+    ("long-expr", "+".join(["x"] * 25_000)),
+]
+
+
+@pytest.mark.parametrize("answer", [b[1] for b in BOMBS], ids=[b[0] for b in BOMBS])
+def test_bombs_are_refused_quickly(answer: str) -> None:
+    start = time.monotonic()
+    out = score_math(box(answer), "1", LIMITS)
+    elapsed = time.monotonic() - start
+    assert out.status is Status.INCORRECT
+    assert out.detail.startswith("answer too large to evaluate"), out.detail
+    assert elapsed < 2.0
+
+
+@pytest.mark.parametrize("answer", [b[1] for b in BOMBS], ids=[b[0] for b in BOMBS])
+def test_bomb_identical_to_gold_is_correct(answer: str) -> None:
+    start = time.monotonic()
+    out = score_math(box(answer), answer, LIMITS)
+    assert out.status is Status.CORRECT
+    assert time.monotonic() - start < 2.0
+
+
+def test_bomb_matches_gold_after_normalisation_only() -> None:
+    gold = "9^{9^{9^{9}}}"
+    assert score_math(box("9^{ 9^{9^{9}}}"), gold, LIMITS).status is Status.CORRECT
+    assert score_math(box("9^{9^{9^{8}}}"), gold, LIMITS).status is Status.INCORRECT
+
+
+def test_answer_cap_constant_applies() -> None:
+    just_under = "0+" * ((MAX_ANSWER_CHARS - 1) // 2) + "1"
+    assert len(just_under) <= MAX_ANSWER_CHARS
+    assert math_score._too_big(just_under) is None
+    assert "over the cap" in (math_score._too_big("1" * (MAX_ANSWER_CHARS + 1)) or "")
+
+
+@pytest.mark.parametrize(
+    "latex",
+    ["2^{100}", "10!", "\\frac{1}{2004!}", "2^{10000}", "\\binom{100}{50}", "x^{x^{x}}",
+     "(x+1)^{100}", "\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "10^{-20}", "\\left(\\frac{1}{2}\\right)"],
+)
+def test_legitimately_big_answers_reach_sympy(latex: str) -> None:
+    assert math_score._too_big(latex) is None
+
+
+def test_verdicts_are_deterministic() -> None:
+    rows = [(r[1], r[2]) for r in TABLE[::7]]
+    first = [score_math(resp, gold, LIMITS) for resp, gold in rows]
+    second = [score_math(resp, gold, LIMITS) for resp, gold in rows]
+    assert first == second
+
+
+def test_works_off_the_main_thread() -> None:
+    # math-verify's SIGALRM timeouts only work on the main thread; off it they are turned off
+    results: list[Status] = []
+    t = threading.Thread(
+        target=lambda: results.extend(
+            score_math(box(a), g, LIMITS).status for a, g in [("1/2", "0.5"), ("3", "5")]
+        )
+    )
+    t.start()
+    t.join(30)
+    assert results == [Status.CORRECT, Status.INCORRECT]
+
+
+def test_soft_time_budget_gives_timeout() -> None:
+    out = score_math(box("1/2"), "0.5", Limits(timeout_s=1e-9))
+    assert out.status is Status.TIMEOUT
+    # a string-identical answer needs no sympy and is judged regardless
+    assert score_math(box("0.5"), "0.5", Limits(timeout_s=1e-9)).status is Status.CORRECT
+
+
+def test_warm_up_runs() -> None:
+    math_score.warm_up()
+    start = time.monotonic()
+    assert score_math(box("\\frac{2}{4}"), "0.5", LIMITS).status is Status.CORRECT
+    assert time.monotonic() - start < 2.0
+
+
+def _aime_rows() -> list[dict[str, Any]]:
+    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is not installed; AIME check skipped")
+    rows: list[dict[str, Any]] = []
+    for name in ("aime24", "aime25"):
+        path = EVAL_DATA / f"{name}.parquet"
+        if not path.exists():
+            pytest.skip(f"{path} is missing")
+        rows.extend(pq.read_table(path).to_pylist())
+    return rows
+
+
+def test_real_aime_golds() -> None:
+    rows = _aime_rows()
+    assert len(rows) == 60
+    for row in rows:
+        gold = row["reward_model"]["ground_truth"]
+        digits = "".join(ch for ch in gold if ch.isdigit())
+        off_by_one = str(int(digits) + 1)
+        right = score_math(f"<think>...</think>\\boxed{{{gold}}}", gold, LIMITS)
+        plain = score_math(f"<think>...</think>\\boxed{{{int(digits)}}}", gold, LIMITS)
+        wrong = score_math(f"<think>...</think>\\boxed{{{off_by_one}}}", gold, LIMITS)
+        assert right.status is Status.CORRECT, (gold, right.detail)
+        assert plain.status is Status.CORRECT, (gold, plain.detail)  # 025 vs 25, 336^\circ vs 336
+        assert wrong.status is Status.INCORRECT, (gold, wrong.detail)
+    # golds as Skywork-OR1-RL-Data stores them: a JSON list in a string
+    gold = json.dumps([rows[0]["reward_model"]["ground_truth"]])
+    assert score_math("\\boxed{" + rows[0]["reward_model"]["ground_truth"] + "}", gold, LIMITS).correct
+
+
+def test_bomb_gold_is_only_compared_as_a_string() -> None:
+    bomb = "9^{9^{9^{9}}}"
+    start = time.monotonic()
+    assert score_math(box("5"), bomb, LIMITS).status is Status.INCORRECT
+    assert score_math(box(bomb), bomb, LIMITS).status is Status.CORRECT
+    # the other acceptable answers are still judged by sympy
+    assert score_math(box("\\frac{10}{2}"), [bomb, "5"], LIMITS).status is Status.CORRECT
+    assert time.monotonic() - start < 2.0
+
+
+def test_scoring_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    for _, response, gold, _ in TABLE[::5]:
+        score_math(response, gold, LIMITS)
+    assert capsys.readouterr() == ("", "")
+
+
+_PIECES = ["1", "2", "0", "x", "^", "_", "!", "{", "}", "(", ")", "[", "]", "\\{", "\\}", "\\frac",
+           "\\sqrt", "\\pm", "+", "-", "/", ",", "=", "\\cdot", "\\pi", "i", "\\infty", "\\%",
+           "^\\circ", "\\left(", "\\right)", "&", "\\\\", "\\begin{pmatrix}", "\\end{pmatrix}", "|",
+           ".", "\\text{cm}", " ", "\\boxed{", "$", "<think>", "</think>"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    answer=st.lists(st.sampled_from(_PIECES), max_size=20).map("".join),
+    gold=st.lists(st.sampled_from(_PIECES[:30]), min_size=1, max_size=6).map("".join),
+)
+def test_never_raises_and_is_repeatable(answer: str, gold: str) -> None:
+    response = "<think>r</think>\\boxed{" + answer + "}"
+    first = score_math(response, gold, LIMITS)
+    assert first.status in {Status.CORRECT, Status.INCORRECT, Status.NO_ANSWER, Status.INVALID_INPUT}
+    assert first.detail
+    assert score_math(response, gold, LIMITS).status is first.status

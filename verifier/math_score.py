@@ -1,0 +1,562 @@
+"""The math scorer: ``score_math(response, ground_truth, limits) -> Outcome``.
+
+Implements the math rules of DESIGN.md 5:
+
+- the answer is read after the last ``</think>``; a response that opened ``<think>`` and never
+  closed it has no answer (NO_ANSWER); without think tags the whole text counts;
+- the answer is the content of the LAST ``\\boxed{...}`` (or ``\\fbox{...}``) of that region, not a
+  set of all boxes; there is no fallback when there is no box (NO_ANSWER), as in the released
+  Skywork-OR1 / verl math reward;
+- equivalence is decided by math-verify over sympy, gold first (``verify(gold, answer)``); the
+  item is CORRECT when any acceptable answer matches;
+- known weak spots of plain math-verify are fixed: exact numbers that math-verify calls equal
+  after its 6-decimal rounding but that differ (``1/2004!`` vs ``1/2006!``, ``10^{-20}`` vs
+  ``2\\cdot 10^{-20}``) are INCORRECT; ``\\pm`` answers are sets (below); several boxes: the last
+  one counts;
+- inputs have size caps, and expression bombs (huge power towers or factorials, deep nesting,
+  over-long answers) are detected before sympy sees them; such an answer only matches a gold
+  that is string-identical after normalisation. The service also kills a worker at a hard
+  deadline (TIMEOUT); this is defence in depth.
+
+Rules chosen where the design leaves a choice (each one is tested):
+
+- leading zeros: ``007`` equals ``7`` (AIME golds are written ``025``, answers ``25``);
+- percent: ``p\\%`` equals both ``p`` and ``p/100`` (math-verify's rule): ``50\\%`` matches golds
+  ``50``, ``50\\%`` and ``0.5``;
+- degrees: ``^\\circ`` is dropped, ``30^\\circ`` equals ``30``; there is no conversion between
+  degrees and radians (``\\frac{\\pi}{6}`` does not match ``30^\\circ``);
+- ``\\pm``: ``a \\pm b`` is the set ``{a+b, a-b}``: ``\\pm 2`` equals ``2, -2``, ``-2, 2`` and
+  ``\\pm2``, in either direction; ``2`` alone does not match ``\\pm 2`` (a root is missing), nor
+  does ``\\pm 2`` match ``2``;
+- equations: an answer ``x = 5`` is compared by its right-hand side when the gold is a bare
+  value, and a gold ``x = 5`` accepts ``5``; ``y = 5`` does not match ``x = 5``;
+- units in ``\\text{...}`` after a number are ignored (``5\\text{ cm}`` equals ``5``);
+- decimals follow math-verify's rounding to 6 decimal places (``0.333333`` equals ``1/3``,
+  ``3.14`` does not equal ``\\pi``); the exact-number check above only applies when neither side
+  holds a decimal or a percentage.
+
+math-verify bounds its parsing and comparison with SIGALRM, which only works on a process's main
+thread: the service scores in worker processes' main threads. Called from another thread (an
+in-process caller), the per-call timeouts are off and the bomb checks plus the caller's own
+deadline bound the work.
+"""
+
+from __future__ import annotations
+
+import decimal
+import logging
+import math
+import re
+import threading
+import time
+from typing import Any
+
+from verifier import extract
+from verifier.items import (
+    MAX_RESPONSE_CHARS,
+    Limits,
+    Outcome,
+    Status,
+    decode_ground_truth,
+    invalid,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_ANSWER_CHARS = 1_000
+"""Longest boxed answer (and gold) handed to sympy; a longer one is only compared as a string.
+Real final answers are far shorter (a 4x4 matrix of fractions is ~200 characters)."""
+MAX_GOLD_CHARS = 100_000
+"""A gold answer longer than this is INVALID_INPUT (no real math answer is that long)."""
+MAX_GOLD_ANSWERS = 64
+"""Most acceptable answers one item may list."""
+MAX_NESTING = 10
+"""Deepest bracket nesting ( ( [ { ) handed to the LaTeX parser. Its ANTLR grammar slows down
+sharply with nesting (tens of levels take seconds); real answers nest 3 or 4 deep."""
+MAX_EXACT_DIGITS = 20_000
+"""Largest exact number (in decimal digits, estimated) an answer may ask sympy to compute:
+``2004!`` (5,700 digits) and ``2^{10000}`` pass, ``(10^8)!`` and ``9^{9^{9^9}}`` do not."""
+CALL_TIMEOUT_S = 1
+"""math-verify's per-call timeout (parse, one comparison), whole seconds (SIGALRM)."""
+DEFAULT_TIMEOUT_S = 5.0
+"""Soft budget for one item when ``limits.timeout_s`` is unset (the service's math default)."""
+_DETAIL_CHARS = 60
+
+
+# --------------------------------------------------------------------------------------------
+# public API
+
+
+def score_math(response: str, ground_truth: Any, limits: Limits) -> Outcome:
+    """Score one math item (DESIGN.md 5). Never raises for bad input: INVALID_INPUT instead."""
+    golds = _gold_answers(ground_truth)
+    if isinstance(golds, Outcome):
+        return golds
+    if not isinstance(response, str):
+        return invalid(f"'response' must be a string, got {type(response).__name__}")
+    if len(response) > MAX_RESPONSE_CHARS:
+        return invalid(f"'response' has {len(response)} characters, over the cap of {MAX_RESPONSE_CHARS}")
+
+    region = extract.after_think(response)
+    if region is None:
+        return Outcome(Status.NO_ANSWER, "response opened <think> and never closed it")
+    boxed = extract.last_boxed(region)
+    if boxed is None:
+        if re.search(r"\\(?:boxed|fbox)", region):
+            return Outcome(Status.NO_ANSWER, "the last \\boxed{ is never closed (answer cut off)")
+        return Outcome(Status.NO_ANSWER, "no \\boxed{...} answer after the reasoning")
+    answer = _unwrap_boxes(boxed).strip()
+    if not _normalise(answer):
+        return Outcome(Status.NO_ANSWER, "the last \\boxed{} is empty")
+
+    budget = getattr(limits, "timeout_s", None) or DEFAULT_TIMEOUT_S
+    deadline = time.monotonic() + budget
+    return _judge(answer, golds, deadline)
+
+
+def warm_up() -> None:
+    """Import math-verify and sympy and score a few trivial items, so that a worker's first real
+    item is not slow. Called once when a worker process starts."""
+    import math_verify  # noqa: F401
+    import sympy  # noqa: F401
+
+    limits = Limits()
+    score_math("\\boxed{1}", "1", limits)
+    score_math("\\boxed{\\left(\\frac{1}{2}, \\sqrt{2}\\right)}", "(0.5, \\sqrt{2})", limits)
+
+
+# --------------------------------------------------------------------------------------------
+# ground truth
+
+
+def _gold_answers(ground_truth: Any) -> list[str] | Outcome:
+    """The acceptable answers as strings, or an INVALID_INPUT Outcome saying what is wrong."""
+    value = decode_ground_truth(ground_truth)
+    if value == [] or (isinstance(value, str) and re.fullmatch(r"\s*\[\s*\]\s*", value)):
+        return invalid("math ground_truth is an empty list; expected at least one answer")
+    if isinstance(value, list):
+        if len(value) > MAX_GOLD_ANSWERS:
+            return invalid(
+                f"math ground_truth lists {len(value)} answers, over the cap of {MAX_GOLD_ANSWERS}"
+            )
+        golds = []
+        for i, v in enumerate(value):
+            gold = _one_gold(v, f"math ground_truth[{i}]")
+            if isinstance(gold, Outcome):
+                return gold
+            golds.append(gold)
+        return golds
+    gold = _one_gold(value, "math ground_truth")
+    return gold if isinstance(gold, Outcome) else [gold]
+
+
+def _one_gold(value: Any, where: str) -> str | Outcome:
+    if isinstance(value, bool):
+        return invalid(f"{where} must be an answer string, got a boolean")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return invalid(f"{where} must be a finite number, got {value!r}")
+        return format(decimal.Decimal(repr(value)), "f")  # 1e-07 -> 0.0000001
+    if isinstance(value, dict):
+        return invalid(f"{where} must be an answer string or a list of them, got an object")
+    if isinstance(value, list):
+        return invalid(f"{where} must be an answer string, got a nested list")
+    if not isinstance(value, str):
+        return invalid(f"{where} must be an answer string, got {type(value).__name__}")
+    if len(value) > MAX_GOLD_CHARS:
+        return invalid(f"{where} has {len(value)} characters, over the cap of {MAX_GOLD_CHARS}")
+    if "\\boxed" in value or "\\fbox" in value:
+        inner = extract.last_boxed(value)
+        if inner is not None:
+            value = inner
+    value = _unwrap_boxes(value).strip()
+    if not _normalise(value):
+        return invalid(f"{where} is an empty answer")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# judging
+
+
+def _judge(answer: str, golds: list[str], deadline: float) -> Outcome:
+    norm_answer = _normalise(answer)
+    for gold in golds:
+        if _normalise(gold) == norm_answer:
+            return Outcome(Status.CORRECT, _matches(answer, gold))
+
+    problem = _too_big(answer)
+    if problem is not None:
+        log.debug("answer not handed to sympy: %s", problem)
+        return Outcome(Status.INCORRECT, f"answer too large to evaluate: {problem}")
+
+    timeout_s = CALL_TIMEOUT_S if threading.current_thread() is threading.main_thread() else 0
+    parsed_answer: list[Any] | None = None
+    for gold in golds:
+        if _too_big(gold) is not None:
+            continue  # only the string comparison above applies to a gold sympy cannot take
+        if time.monotonic() > deadline:
+            return Outcome(Status.TIMEOUT, "math scoring ran past its time budget")
+        if parsed_answer is None:
+            parsed_answer = _parse(answer, timeout_s)
+        parsed_gold = _parse(gold, timeout_s)
+        if _equivalent(parsed_gold, parsed_answer, timeout_s):
+            return Outcome(Status.CORRECT, _matches(answer, gold))
+
+    if len(golds) == 1:
+        return Outcome(
+            Status.INCORRECT, f"answer {_q(answer)} does not match gold {_q(golds[0])}"
+        )
+    listed = ", ".join(_q(g) for g in golds[:5]) + (", ..." if len(golds) > 5 else "")
+    return Outcome(
+        Status.INCORRECT,
+        f"answer {_q(answer)} matches none of the {len(golds)} acceptable answers ({listed})",
+    )
+
+
+def _parse(latex: str, timeout_s: int) -> list[Any]:
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+
+    return parse(
+        "\\boxed{" + _DOLLAR.sub("", latex) + "}",
+        extraction_config=(LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()),
+        parsing_timeout=timeout_s,
+    )
+
+
+def _equivalent(gold: list[Any], answer: list[Any], timeout_s: int) -> bool:
+    from math_verify import verify
+
+    if not gold or not answer:
+        return False
+    if not verify(gold, answer, timeout_seconds=timeout_s):
+        return False
+    g, a = gold[0], answer[0]
+    if _exact_numbers_differ(g, a, timeout_s):
+        log.debug("math-verify matched exact numbers that differ")
+        return False
+    return True
+
+
+def _exact_numbers_differ(gold: Any, answer: Any, timeout_s: int) -> bool:
+    """True when both sides are exact closed-form numbers (no symbols, decimals or percentages)
+    whose values differ, though math-verify's rounding called them equal: ``1/2004!`` vs
+    ``1/2006!``. False when unsure (the math-verify verdict then stands)."""
+    from math_verify.errors import TimeoutException
+    from math_verify.utils import timeout
+    from sympy import Expr, Float, UnevaluatedExpr
+
+    if not (isinstance(gold, Expr) and isinstance(answer, Expr)):
+        return False
+
+    def check() -> bool:
+        for e in (gold, answer):
+            if e.free_symbols or not e.is_number or e.has(Float) or e.has(UnevaluatedExpr):
+                return False
+        g, a = gold.doit(), answer.doit()
+        if g.is_Rational and a.is_Rational:
+            return bool(g != a)
+        if g.is_zero is not None and a.is_zero is not None and g.is_zero != a.is_zero:
+            return True  # 0 vs pi/2004!: one exactly zero, the other provably not
+        gv, av = g.evalf(40), a.evalf(40)
+        if not (gv.is_finite and av.is_finite) or gv == 0 or av == 0:
+            return False
+        scale = max(abs(gv), abs(av))
+        return bool(abs(gv - av) > scale * 1e-20)
+
+    try:
+        return timeout(timeout_seconds=timeout_s)(check)()
+    except (Exception, TimeoutException):  # unsure: keep math-verify's verdict
+        log.debug("exact-number check failed", exc_info=True)
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# normalisation
+
+
+_DOLLAR = re.compile(r"\\?\$")  # math delimiters, and an escaped dollar sign (currency)
+_SPACING = re.compile(r"(?<!\\)\\[,;:! ]|~|\\(?:displaystyle|textstyle|quad|qquad)(?![A-Za-z])")
+_LEFT_RIGHT = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big)(?![A-Za-z])")
+_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree(?![A-Za-z])")
+_FRAC = re.compile(r"\\[dt]frac(?![A-Za-z])")
+_WS_BETWEEN_WORDS = re.compile(r"(?<=\w)\s+(?=\w)")
+_WS = re.compile(r"\s+")
+
+
+def _normalise(s: str) -> str:
+    """A canonical spelling for string comparison: spacing, ``\\left``/``\\right``, ``$``,
+    ``\\dfrac``, degree marks and a final period dropped. Never merges different answers."""
+    s = _DOLLAR.sub("", s)
+    s = _SPACING.sub(" ", s)
+    s = _LEFT_RIGHT.sub("", s)
+    s = _DEGREES.sub("", s)
+    s = _FRAC.sub(r"\\frac", s)
+    s = _WS_BETWEEN_WORDS.sub("\x00", s.strip())  # "\\pi r" keeps one space, "( 1" none
+    s = _WS.sub("", s).replace("\x00", " ")
+    s = s.rstrip(".").strip()
+    return s
+
+
+def _unwrap_boxes(s: str) -> str:
+    """``\\boxed{\\boxed{5}}`` -> ``5``: a box whose whole content is another box."""
+    for _ in range(8):
+        m = re.fullmatch(r"\s*\\(?:boxed|fbox)\s*\{(.*)\}\s*", s, re.DOTALL)
+        if m is None or extract.last_boxed(s) != m.group(1):
+            return s
+        s = m.group(1)
+    return s
+
+
+def _q(s: str) -> str:
+    s = _WS.sub(" ", s.strip())
+    if len(s) > _DETAIL_CHARS:
+        s = s[: _DETAIL_CHARS - 3] + "..."
+    return "'" + s + "'"
+
+
+def _matches(answer: str, gold: str) -> str:
+    return f"answer {_q(answer)} matches gold {_q(gold)}"
+
+
+# --------------------------------------------------------------------------------------------
+# expression bombs
+
+
+def _too_big(latex: str) -> str | None:
+    """Why ``latex`` must not reach sympy (too long, too deeply nested, or asking for a huge
+    exact number), or None. Linear in the length; never raises."""
+    if len(latex) > MAX_ANSWER_CHARS:
+        return f"{len(latex)} characters, over the cap of {MAX_ANSWER_CHARS}"
+    depth = peak = 0
+    for c in latex:
+        if c in "([{":
+            depth += 1
+            peak = max(peak, depth)
+        elif c in ")]}":
+            depth = max(depth - 1, 0)
+    if peak > MAX_NESTING:
+        return f"brackets nested {peak} deep, over the cap of {MAX_NESTING}"
+    try:
+        digits = _Magnitude(_normalise(latex)).peak_digits()
+    except _TooDeep:
+        return f"expression nested more than {_MAX_RECURSION} levels deep"
+    if digits > MAX_EXACT_DIGITS:
+        shown = "an unbounded number of" if math.isinf(digits) else f"about {digits:.3g}"
+        return f"it asks for an exact number with {shown} digits (cap {MAX_EXACT_DIGITS})"
+    return None
+
+
+_TOKEN = re.compile(r"\d+(?:\.\d*)?|\.\d+|\\[A-Za-z]+|\\.|\S")
+_LOG10_2 = math.log10(2)
+_OPEN = {"{": "}", "(": ")", "[": "]", "\\{": "\\}", "\\lbrace": "\\rbrace", "\\langle": "\\rangle"}
+_CLOSE = {"}", ")", "]", "\\}", "\\rbrace", "\\rangle"}
+_ADD = {"+", "-", "\\pm", "\\mp"}
+_MUL = {"*", "/", "\\cdot", "\\times", "\\div", "\\ast"}
+_TWO_ARGS = {"\\frac", "\\dfrac", "\\tfrac", "\\cfrac", "\\binom", "\\dbinom", "\\tbinom"}
+_TEXT = {"\\text", "\\textbf", "\\textit", "\\mathrm", "\\mathbf", "\\mathit", "\\mbox",
+         "\\operatorname", "\\mathbb", "\\mathcal", "\\begin", "\\end", "\\hbox", "\\textrm"}
+_MAX_RECURSION = 200
+
+
+class _TooDeep(Exception):
+    pass
+
+
+class _Magnitude:
+    """Estimates, without computing anything, the largest exact number sympy would build while
+    evaluating a LaTeX expression. A node is (log10 of its magnitude, bounded above; whether it
+    is an exact number: only literals, +, *, /, powers and factorials of exact numbers). Only
+    exact numbers count: sympy evaluates ``Integer ** Integer`` and ``factorial(Integer)`` in
+    uninterruptible C big-integer code, while symbols and floats stay cheap. Upper bounds
+    throughout (``\\frac{a}{b}`` counts the digits of both), so it errs towards "too big"."""
+
+    def __init__(self, latex: str):
+        self.toks = _TOKEN.findall(latex)
+        self.i = 0
+        self.peak = 0.0
+        self.level = 0
+
+    def peak_digits(self) -> float:
+        """Estimated digits of the largest exact number; raises _TooDeep past _MAX_RECURSION."""
+        try:
+            while self.i < len(self.toks):
+                self.sequence(stop=None)
+                self.i += 1  # a stray closer: skip it and go on
+        except (OverflowError, ValueError):
+            return math.inf
+        return self.peak
+
+    # grammar helpers ------------------------------------------------------------------------
+    def tok(self) -> str | None:
+        return self.toks[self.i] if self.i < len(self.toks) else None
+
+    def note(self, digits: float, exact: bool) -> tuple[float, bool]:
+        if exact and digits > self.peak:
+            self.peak = digits
+        return digits, exact
+
+    def sequence(self, stop: str | None) -> tuple[float, bool]:
+        """Comma/relation separated items up to the closer ``stop`` (not consumed)."""
+        self.level += 1
+        if self.level > _MAX_RECURSION:
+            raise _TooDeep
+        best, exact = 0.0, True
+        while (t := self.tok()) is not None and t != stop and not (stop is None and t in _CLOSE):
+            if t in _CLOSE:
+                self.i += 1  # mismatched closer inside an interval like (1, 2]: ends the group
+                break
+            before = self.i
+            d, e = self.sum()
+            best, exact = max(best, d), exact and e
+            if self.i == before:
+                self.i += 1  # a separator or an unknown token: skip it
+        self.level -= 1
+        return best, exact
+
+    def sum(self) -> tuple[float, bool]:
+        d, e = self.term()
+        while self.tok() in _ADD:
+            self.i += 1
+            d2, e2 = self.term()
+            d, e = self.note(max(d, d2) + _LOG10_2, e and e2)
+        return d, e
+
+    def term(self) -> tuple[float, bool]:
+        d, e = self.factor()
+        while True:
+            t = self.tok()
+            if t in _MUL:
+                self.i += 1
+            elif t is None or not self.starts_atom(t):
+                return d, e
+            d2, e2 = self.factor()
+            d, e = self.note(d + d2, e and e2)
+
+    def factor(self) -> tuple[float, bool]:
+        while self.tok() in _ADD:  # unary signs
+            self.i += 1
+        d, e = self.atom()
+        while True:
+            t = self.tok()
+            if t == "!":
+                self.i += 1
+                d, e = self.note(_factorial_digits(d), e)
+            elif t == "^":
+                exps = []
+                while self.tok() == "^":
+                    self.i += 1
+                    exps.append(self.argument())
+                ed, ee = exps[-1]
+                for d2, e2 in reversed(exps[:-1]):  # a^b^c read as a^(b^c): the larger
+                    ed, ee = self.note(_power_digits(d2, ed), e2 and ee)
+                d, e = self.note(_power_digits(d, ed), e and ee)
+            elif t == "_":
+                self.i += 1
+                self.argument()  # a subscript names something; its value is not computed
+            elif t == "'":
+                self.i += 1
+            else:
+                return d, e
+
+    def starts_atom(self, t: str) -> bool:
+        if t in _OPEN or t[0].isdigit() or t[0] == "." or t[0].isalpha():
+            return True
+        return t.startswith("\\") and len(t) > 2 and t not in _ADD and t not in _MUL and t not in _CLOSE
+
+    def argument(self) -> tuple[float, bool]:
+        """A braced group or a single atom (a command's argument, an exponent)."""
+        if self.tok() in _ADD:
+            self.i += 1
+        return self.atom()
+
+    def group(self, opener: str) -> tuple[float, bool]:
+        closer = _OPEN[opener]
+        self.i += 1
+        d, e = self.sequence(stop=closer)
+        if self.tok() == closer:
+            self.i += 1
+        return d, e
+
+    def atom(self) -> tuple[float, bool]:
+        t = self.tok()
+        if t is None:
+            return 0.0, True
+        if t in _OPEN:
+            return self.group(t)
+        if t[0].isdigit() or t[0] == ".":
+            self.i += 1
+            return _number_digits(t), True
+        if not t.startswith("\\"):
+            self.i += 1
+            return (1.0, False) if t.isalpha() else (0.0, True)
+        # a command
+        self.i += 1
+        self.level += 1
+        if self.level > _MAX_RECURSION:
+            raise _TooDeep
+        try:
+            if t in _TEXT:
+                if self.tok() == "{":
+                    self.skip_group()
+                return 0.0, False
+            if t in _TWO_ARGS:
+                a, ea = self.argument()
+                b, eb = self.argument()
+                if t.endswith("binom"):
+                    return self.note(min(_power_digits(_LOG10_2, a), _power_digits(a, b)), ea and eb)
+                return self.note(a + b, ea and eb)
+            if t == "\\sqrt":
+                if self.tok() == "[":
+                    self.group("[")
+                d, e = self.argument()
+                return d / 2, e
+            if t == "\\exp":
+                d, e = self.argument()
+                return self.note(_power_digits(math.log10(math.e), d), e)
+            if self.tok() == "{" or self.tok() == "(":
+                d, _ = self.argument()  # \sin{...}, \ln(...): a function of an argument
+                return d, False
+            return 1.0, False  # \pi, \alpha, \infty, \cdots ...: a symbol
+        finally:
+            self.level -= 1
+
+    def skip_group(self) -> None:
+        depth = 0
+        while (t := self.tok()) is not None:
+            self.i += 1
+            if t == "{":
+                depth += 1
+            elif t == "}":
+                depth -= 1
+                if depth == 0:
+                    return
+
+
+def _number_digits(literal: str) -> float:
+    intpart, _, frac = literal.partition(".")
+    intpart = intpart.lstrip("0")
+    if len(intpart) > 300:
+        return float(len(intpart))
+    value = float((intpart or "0") + "." + (frac or "0"))
+    if value == 0:
+        return 0.0
+    # a decimal like 0.001 is 1/1000 for sympy's exact arithmetic: count its digits as well
+    return abs(math.log10(value)) + (len(frac) if frac else 0)
+
+
+def _power_digits(base: float, exponent: float) -> float:
+    """Digits of a^b given the digits of a and b (upper bound)."""
+    if exponent > 300:
+        return math.inf
+    return (10.0**exponent) * max(base, 0.0)
+
+
+def _factorial_digits(n_digits: float) -> float:
+    """Digits of n! given the digits of n (upper bound: n log10 n)."""
+    if n_digits > 300:
+        return math.inf
+    n = 10.0**n_digits
+    return n * math.log10(n) if n > 1 else 0.0
