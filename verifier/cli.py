@@ -19,7 +19,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from verifier.items import Item, Limits, Outcome, Result, Status, invalid, item_from_dict
+from verifier.evaluate import EvalConfig, eval_table, run_eval
+from verifier.items import (Item, Limits, Outcome, Result, Status, VerifierError, invalid,
+                            item_from_dict)
 from verifier.scoring import ScoringConfig
 from verifier.server import ServeConfig, serve
 
@@ -153,7 +155,7 @@ def summary_table(results: list[Result], title: str = "verifier results") -> Tab
 def main(argv: list[str] | None = None) -> int:
     try:
         config: Any = tyro.extras.subcommand_cli_from_dict(
-            {"serve": ServeConfig, "check": CheckConfig},
+            {"serve": ServeConfig, "check": CheckConfig, "eval": EvalConfig},
             args=argv,
             config=(tyro.conf.OmitArgPrefixes,),
         )
@@ -163,6 +165,17 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(config.log_format)
     if isinstance(config, ServeConfig):
         serve(config)
+        return 0
+    if isinstance(config, EvalConfig):
+        try:
+            summary = run_eval(config)
+        except VerifierError as e:
+            from rich.markup import escape
+
+            Console(stderr=True).print(f"[red]error:[/red] {escape(str(e))}", highlight=False,
+                                      soft_wrap=True)
+            return 1
+        Console().print(eval_table(summary))
         return 0
     results = run_check(config)
     Console().print(summary_table(results))

@@ -1,0 +1,469 @@
+"""``verifier eval``: score k sampled responses per problem and report avg@k / pass@k
+(DESIGN.md 3.2), the way the Skywork-OR1 report does (AIME24/25 avg@32, LiveCodeBench avg@4).
+
+Input: a JSONL of generations, one problem per line::
+
+    {"id": "...", "domain": "math" | "code", "ground_truth": ..., "data_source": "aime24",
+     "responses": ["...", "..."], "limits": {...}}
+
+Each (problem, response j) becomes one verifier item with the wire id ``f"{line}:{j}"`` and is
+scored through the same code as ``verifier check`` (in-process ``Scorer``, or a running server
+through ``VerifierClient.stream``). The metrics are small pure functions (``pass_at_k``,
+``avg_at_k``, ``standard_error``, ``metrics``) that callers such as the trainer can import.
+
+All metric values in the summary are fractions in [0, 1]; the stdout table shows percentages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Callable, Iterable, Literal, Sequence
+
+import tyro
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from verifier.client import ClientConfig
+from verifier.items import Item, Limits, Result, Status, VerifierError, item_from_dict
+from verifier.scoring import ScoringConfig
+
+log = logging.getLogger(__name__)
+
+ERROR_STATUSES = (Status.INVALID_INPUT, Status.SANDBOX_ERROR, Status.INTERNAL_ERROR)
+"""Verdicts that say "this response could not be scored", not "this response is wrong"."""
+
+NO_SOURCE = "-"
+"""The ``by_source`` key of problems without a ``data_source``."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics (pure functions)
+# ---------------------------------------------------------------------------------------------
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k estimate for one problem with ``n`` samples of which ``c`` are correct
+    (Chen et al. 2021): ``1 - C(n-c, k) / C(n, k)``, the probability that at least one of k
+    samples drawn without replacement from the n is correct.
+
+    Computed stably as ``1 - prod_{i=n-c+1}^{n} (1 - k/i)`` (no huge binomials); it is 1.0 when
+    fewer than k samples are wrong. Requires ``0 <= c <= n`` and ``1 <= k <= n``.
+    """
+    if n < 1 or not 0 <= c <= n:
+        raise ValueError(f"pass_at_k needs n >= 1 and 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"pass_at_k needs 1 <= k <= n, got k={k}, n={n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def accuracy(correct: Sequence[bool], k: int | None = None) -> float:
+    """Fraction of the first ``k`` responses (all when ``k`` is None) that are correct."""
+    used = correct if k is None else correct[:k]
+    if not used:
+        raise ValueError("accuracy of zero responses")
+    if k is not None and len(used) < k:
+        raise ValueError(f"need {k} responses, got {len(used)}")
+    return sum(bool(x) for x in used) / len(used)
+
+
+def avg_at_k(correct: Sequence[Sequence[bool]], k: int) -> float:
+    """avg@k (the Skywork-OR1 report's metric): the mean over problems of the accuracy of each
+    problem's first ``k`` responses. ``correct[p][j]`` says whether response j of problem p is
+    correct. With k = n it equals the mean of the unbiased pass@1 estimates."""
+    if not correct:
+        raise ValueError("avg_at_k of zero problems")
+    return sum(accuracy(c, k) for c in correct) / len(correct)
+
+
+def mean_pass_at_k(correct: Sequence[Sequence[bool]], k: int) -> float:
+    """pass@k over problems: the mean of ``pass_at_k(n_p, c_p, k)``, each problem using all of
+    its ``n_p`` responses."""
+    if not correct:
+        raise ValueError("mean_pass_at_k of zero problems")
+    return sum(pass_at_k(len(c), sum(map(bool, c)), k) for c in correct) / len(correct)
+
+
+def standard_error(values: Sequence[float]) -> float | None:
+    """Standard error of the mean of per-problem values: the sample standard deviation (n-1)
+    divided by sqrt(number of values). None for fewer than two values (undefined)."""
+    m = len(values)
+    if m < 2:
+        return None
+    mean = sum(values) / m
+    var = sum((v - mean) ** 2 for v in values) / (m - 1)
+    return math.sqrt(var) / math.sqrt(m)
+
+
+def metrics(correct: Sequence[Sequence[bool]], k: int) -> dict[str, Any]:
+    """avg@k, pass@1, pass@k and their standard errors over problems.
+
+    ``correct[p]`` holds problem p's verdicts in response order (at least k of them).
+    avg@k uses the first k responses per problem; pass@1 and pass@k use all of a problem's
+    responses (the unbiased estimator), so pass@1 equals avg@k when k = n.
+    """
+    per_avg = [accuracy(c, k) for c in correct]
+    per_p1 = [pass_at_k(len(c), sum(map(bool, c)), 1) for c in correct]
+    per_pk = [pass_at_k(len(c), sum(map(bool, c)), k) for c in correct]
+    return {
+        "avg@k": _mean(per_avg),
+        "pass@1": _mean(per_p1),
+        "pass@k": _mean(per_pk),
+        "stderr": {
+            "avg@k": standard_error(per_avg),
+            "pass@1": standard_error(per_p1),
+            "pass@k": standard_error(per_pk),
+        },
+    }
+
+
+def _mean(values: Sequence[float]) -> float:
+    if not values:
+        raise ValueError("mean of zero values")
+    return sum(values) / len(values)
+
+
+# ---------------------------------------------------------------------------------------------
+# Input
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Problem:
+    """One line of a generations file."""
+
+    line: int
+    """1-based line number in the input file."""
+    id: str
+    domain: str
+    ground_truth: Any
+    data_source: str
+    responses: list[str]
+    limits: Limits = field(default_factory=Limits)
+
+    def wire_id(self, j: int) -> str:
+        """The unique id of response j on the wire (problem ids need not be unique strings)."""
+        return f"{self.line}:{j}"
+
+    def item(self, j: int) -> Item:
+        return Item(self.wire_id(j), self.domain, self.responses[j], self.ground_truth,
+                    self.data_source, self.limits)
+
+
+def problem_from_dict(obj: Any, line: int) -> Problem | str:
+    """Build a Problem from a decoded JSON line, or return why it is malformed. The item
+    envelope (domain, ground truth, data_source, limits) is checked by the same code as
+    ``verifier check``; each response's own checks (e.g. its size) happen in the verifier."""
+    if not isinstance(obj, dict):
+        return f"expected a JSON object, got {type(obj).__name__}"
+    pid = obj.get("id")
+    if pid is None:
+        return "missing 'id'"
+    if isinstance(pid, bool) or not isinstance(pid, (str, int)):
+        return "'id' must be a string"
+    responses = obj.get("responses")
+    if not isinstance(responses, list) or not responses:
+        return "'responses' must be a non-empty list of strings"
+    bad = [j for j, r in enumerate(responses) if not isinstance(r, str)]
+    if bad:
+        kind = type(responses[bad[0]]).__name__
+        return f"'responses' must be strings; response {bad[0]} is {kind}"
+    keys = ("id", "domain", "ground_truth", "data_source", "limits")
+    envelope = {key: obj.get(key) for key in keys}
+    parsed = item_from_dict({**envelope, "id": str(pid), "response": ""}, index=line)
+    if isinstance(parsed, tuple):
+        return parsed[1].detail
+    return Problem(line, parsed.id, parsed.domain, parsed.ground_truth, parsed.data_source,
+                   list(responses), parsed.limits)
+
+
+@dataclass
+class Generations:
+    """A parsed generations file: its problems, and the lines skipped with ``--skip-invalid``."""
+
+    problems: list[Problem]
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    """``{"line": int, "reason": str}`` per skipped line."""
+
+
+def read_generations(path: Path, skip_invalid: bool = False) -> Generations:
+    """Parse a generations JSONL. A malformed line (bad JSON, missing fields, a duplicate
+    problem id) raises VerifierError("invalid_argument") naming the file and line, or with
+    ``skip_invalid`` is skipped and recorded. Blank lines are ignored."""
+    problems: list[Problem] = []
+    skipped: list[dict[str, Any]] = []
+    first_line: dict[str, int] = {}
+    with path.open(encoding="utf-8") as f:
+        for lineno, text in enumerate(f, 1):
+            if not text.strip():
+                continue
+            try:
+                parsed: Problem | str = problem_from_dict(json.loads(text), lineno)
+            except ValueError as e:
+                parsed = f"not valid JSON: {e}"
+            if isinstance(parsed, Problem) and parsed.id in first_line:
+                first = first_line[parsed.id]
+                parsed = f"duplicate problem id {parsed.id!r} (first on line {first})"
+            if isinstance(parsed, str):
+                if not skip_invalid:
+                    raise VerifierError(
+                        f"{path} line {lineno}: {parsed} (use --skip-invalid to skip such lines)",
+                        "invalid_argument",
+                    )
+                log.warning("skipping malformed line %s of %s: %s", lineno, path, parsed,
+                            extra={"file": str(path), "line": lineno, "reason": parsed})
+                skipped.append({"line": lineno, "reason": parsed})
+                continue
+            first_line[parsed.id] = lineno
+            problems.append(parsed)
+    return Generations(problems, skipped)
+
+
+def resolve_k(problems: Sequence[Problem], k: int | None) -> int:
+    """The k to report: the given one, or the smallest number of responses of any problem.
+    Raises VerifierError("invalid_argument") when k < 1 or some problem has fewer than k."""
+    if not problems:
+        raise VerifierError("no problems to evaluate", "invalid_argument")
+    if k is None:
+        return min(len(p.responses) for p in problems)
+    if k < 1:
+        raise VerifierError(f"--k must be at least 1, got {k}", "invalid_argument")
+    for p in problems:
+        if len(p.responses) < k:
+            raise VerifierError(
+                f"k={k} but problem {p.id!r} (line {p.line}) has only {len(p.responses)} "
+                "responses", "invalid_argument")
+    return k
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring
+# ---------------------------------------------------------------------------------------------
+
+
+def score_items(
+    items: Sequence[Item],
+    addr: str | None = None,
+    scoring: ScoringConfig | None = None,
+    client: ClientConfig | None = None,
+    on_result: Callable[[Result], None] | None = None,
+) -> dict[str, Result]:
+    """Score items (unique ids) in-process through ``Scorer`` or, with ``addr``, through a
+    running verifier's stream. Returns results keyed by item id; raises VerifierError when an
+    item gets no result."""
+    done: dict[str, Result] = {}
+
+    def record(r: Result) -> None:
+        done[r.id] = r
+        if on_result is not None:
+            on_result(r)
+
+    if addr is None:
+        from verifier.scoring import Scorer
+
+        with Scorer(scoring or ScoringConfig()) as scorer:
+            if scorer.sandbox_problem and any(it.domain == "code" for it in items):
+                log.warning("code items will get SANDBOX_ERROR: %s", scorer.sandbox_problem)
+            futures = [scorer.submit(it, block_s=3600.0) for it in items]
+            for fut in futures:
+                record(fut.result())
+    else:
+        from verifier.client import VerifierClient
+
+        with VerifierClient(addr, client or ClientConfig()) as c:
+            for r in c.stream(items):
+                record(r)
+    missing = [it.id for it in items if it.id not in done]
+    if missing:
+        raise VerifierError(f"{len(missing)} responses got no result (first: {missing[0]})",
+                            "internal")
+    return done
+
+
+# ---------------------------------------------------------------------------------------------
+# Summary
+# ---------------------------------------------------------------------------------------------
+
+
+def _group_summary(problems: Sequence[Problem], results: dict[str, Result], k: int) -> dict:
+    verdicts = [[results[p.wire_id(j)].correct for j in range(len(p.responses))] for p in problems]
+    statuses = Counter(results[p.wire_id(j)].status.value
+                       for p in problems for j in range(len(p.responses)))
+    return {
+        "n_problems": len(problems),
+        "n_responses": sum(len(v) for v in verdicts),
+        **metrics(verdicts, k),
+        "errors": {s.value: statuses[s.value] for s in ERROR_STATUSES if statuses[s.value]},
+        "statuses": dict(sorted(statuses.items())),
+    }
+
+
+def summarize(
+    problems: Sequence[Problem],
+    results: dict[str, Result],
+    k: int,
+    skipped: Sequence[dict[str, Any]] = (),
+    allow_errors: bool = False,
+) -> dict[str, Any]:
+    """The summary JSON: overall metrics, ``by_source`` (the same per data source), error
+    counts, and how many lines were skipped. Responses with an error status count as
+    incorrect here; ``errors_counted_as_incorrect`` says whether any did."""
+    overall = _group_summary(problems, results, k)
+    groups: dict[str, list[Problem]] = defaultdict(list)
+    for p in problems:
+        groups[p.data_source or NO_SOURCE].append(p)
+    ns = [len(p.responses) for p in problems]
+    return {
+        "k": k,
+        "n_problems": overall["n_problems"],
+        "n_responses": overall["n_responses"],
+        "responses_per_problem": {"min": min(ns), "max": max(ns)},
+        "avg@k": overall["avg@k"],
+        "pass@1": overall["pass@1"],
+        "pass@k": overall["pass@k"],
+        "stderr": overall["stderr"],
+        "by_source": {src: _group_summary(ps, results, k) for src, ps in sorted(groups.items())},
+        "errors": overall["errors"],
+        "errors_counted_as_incorrect": bool(overall["errors"]) and allow_errors,
+        "statuses": overall["statuses"],
+        "skipped_lines": len(skipped),
+        "skipped": list(skipped),
+    }
+
+
+def error_message(
+    problems: Sequence[Problem], results: dict[str, Result], limit: int = 3
+) -> str | None:
+    """None when every response was scored; else a message with counts per error status and
+    the first few failing responses."""
+    failed = [(p, j, results[p.wire_id(j)]) for p in problems for j in range(len(p.responses))
+              if results[p.wire_id(j)].status in ERROR_STATUSES]
+    if not failed:
+        return None
+    counts = Counter(r.status.value for _, _, r in failed)
+    examples = "; ".join(
+        f"problem {p.id!r} (line {p.line}) response {j}: {r.status.value}: {r.detail}"
+        for p, j, r in failed[:limit]
+    )
+    total = sum(len(p.responses) for p in problems)
+    return (f"{len(failed)} of {total} responses could not be scored "
+            f"({', '.join(f'{s}: {n}' for s, n in sorted(counts.items()))}), e.g. {examples}. "
+            "Pass --allow-errors to count them as incorrect (--results-output lists them all).")
+
+
+def response_records(problems: Sequence[Problem], results: dict[str, Result]) -> Iterable[dict]:
+    """One JSON-ready record per scored response, in input order."""
+    for p in problems:
+        for j in range(len(p.responses)):
+            r = results[p.wire_id(j)]
+            yield {"id": p.id, "line": p.line, "index": j, "data_source": p.data_source,
+                   "status": r.status.value, "correct": r.correct, "reward": r.reward,
+                   "passed": r.passed, "total": r.total, "detail": r.detail,
+                   "elapsed_ms": r.elapsed_ms}
+
+
+def _pct(v: float | None, prefix: str = "") -> str:
+    return "-" if v is None else f"{prefix}{100.0 * v:.1f}"
+
+
+def eval_table(summary: dict[str, Any], title: str | None = None) -> Table:
+    """The paper-style table: one row per data source (plus ALL when there are several),
+    avg@k and pass@k as percentages with one decimal, each with its standard error."""
+    k = summary["k"]
+    table = Table(title=title or f"verifier eval (k={k}, {summary['n_problems']} problems)")
+    table.add_column("data_source")
+    table.add_column("problems", justify="right")
+    table.add_column(f"avg@{k}", justify="right")
+    table.add_column("stderr", justify="right")
+    table.add_column(f"pass@{k}", justify="right")
+    table.add_column("stderr", justify="right")
+    table.add_column("errors", justify="right")
+    rows = list(summary["by_source"].items())
+    if len(rows) > 1:
+        rows.append(("ALL", summary))
+    for name, s in rows:
+        table.add_row(name, str(s["n_problems"]),
+                      _pct(s["avg@k"]), _pct(s["stderr"]["avg@k"], "±"),
+                      _pct(s["pass@k"]), _pct(s["stderr"]["pass@k"], "±"),
+                      str(sum(s["errors"].values())))
+    return table
+
+
+# ---------------------------------------------------------------------------------------------
+# Command
+# ---------------------------------------------------------------------------------------------
+
+
+def _default_client() -> ClientConfig:
+    # An evaluation is one long stream: a whole benchmark's code items can take well over the
+    # library default of 600 s.
+    return ClientConfig(timeout_s=24 * 3600.0)
+
+
+@dataclass
+class EvalConfig:
+    """``verifier eval``: score k responses per problem and report avg@k / pass@k."""
+
+    input: Annotated[Path, tyro.conf.arg(aliases=["-i"])]
+    """Generations, one problem per line: {"id", "domain", "ground_truth", "data_source"?,
+    "responses": [...], "limits"?}."""
+    output: Annotated[Path, tyro.conf.arg(aliases=["-o"])]
+    """Where to write the summary JSON."""
+    addr: str | None = None
+    """HOST:PORT of a running verifier. Without it, responses are scored in-process through
+    the same code the server runs."""
+    k: int | None = None
+    """k of avg@k / pass@k. Default: the smallest number of responses of any problem."""
+    skip_invalid: bool = False
+    """Skip malformed lines (counted in the summary) instead of failing."""
+    allow_errors: bool = False
+    """Count responses the verifier could not score (INVALID_INPUT, SANDBOX_ERROR,
+    INTERNAL_ERROR) as incorrect instead of failing."""
+    results_output: Path | None = None
+    """Also write one JSON line per scored response (id, index, status, reward, detail)."""
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    client: ClientConfig = field(default_factory=_default_client)
+    progress: Literal["auto", "on", "off"] = "auto"
+    """Progress bar: "auto" shows it on a terminal only."""
+    log_format: Literal["json", "text"] = "text"
+
+
+def _write_json_lines(path: Path, records: Iterable[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for rec in records:
+            f.write(json.dumps(rec) + "\n")
+
+
+def run_eval(cfg: EvalConfig) -> dict[str, Any]:
+    """Read, score, summarise; write ``cfg.output`` (and ``cfg.results_output``) and return the
+    summary. Raises VerifierError for a malformed input, an impossible k, or (unless
+    ``allow_errors``) responses the verifier could not score; in that last case the per-response
+    results are still written but the summary is not."""
+    gens = read_generations(cfg.input, cfg.skip_invalid)
+    k = resolve_k(gens.problems, cfg.k)
+    items = [p.item(j) for p in gens.problems for j in range(len(p.responses))]
+    console = Console(stderr=True)
+    hidden = cfg.progress == "off" or (cfg.progress == "auto" and not console.is_terminal)
+    with Progress(TextColumn("[bold]scoring"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, disable=hidden) as bar:
+        task = bar.add_task("scoring", total=len(items))
+        results = score_items(items, cfg.addr, cfg.scoring, cfg.client,
+                              on_result=lambda _r: bar.advance(task))
+    if cfg.results_output is not None:
+        _write_json_lines(cfg.results_output, response_records(gens.problems, results))
+    problem = error_message(gens.problems, results)
+    if problem is not None and not cfg.allow_errors:
+        raise VerifierError(problem, "failed_precondition")
+    summary = summarize(gens.problems, results, k, gens.skipped, cfg.allow_errors)
+    summary["input"] = str(cfg.input)
+    cfg.output.parent.mkdir(parents=True, exist_ok=True)
+    cfg.output.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return summary
