@@ -194,18 +194,25 @@ def test_non_loopback_bind_needs_insecure() -> None:
 
 
 def test_sigterm_drains_in_flight_work() -> None:
-    """SIGTERM while a large batch is being scored: the batch still gets every result, new
-    calls are refused, and the process exits 0."""
+    """SIGTERM while a stream is still sending: that stream still gets every result, a new
+    call is refused during the drain, and the process exits 0."""
     sp = ServerProcess(0, "--grace-s", "60", "--workers", "2")
     try:
         client = VerifierClient(sp.address, ClientConfig(max_retries=0))
         client.wait_ready()
-        items = normal_items(600, prefix="t")
+        sent = [0]
+
+        def slow_items():
+            for it in normal_items(100, prefix="t"):
+                sent[0] += 1
+                yield it
+                time.sleep(0.03)  # ~3 s of sending: the signal lands mid-stream
+
         out: dict = {}
 
         def call():
             try:
-                out["results"] = _one_batch(client, items)
+                out["results"] = list(client.stream(slow_items()))
             except Exception as e:  # noqa: BLE001 - recorded for the assertion below
                 out["error"] = e
 
@@ -213,23 +220,20 @@ def test_sigterm_drains_in_flight_work() -> None:
         th.start()
         time.sleep(1.0)
         sp.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert sent[0] < 100, "the stream finished before SIGTERM: nothing was in flight"
+        with pytest.raises(grpc.RpcError) as refused:
+            stub(sp.address).Score(pb.ScoreRequest(items=[]), timeout=5)
+        assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
         th.join(timeout=120)
         assert "error" not in out, out.get("error")
-        assert len(out["results"]) == 600
+        assert sorted(int(r.id[1:]) for r in out["results"]) == list(range(100))
         assert all(r.status is expected_status(int(r.id[1:])) for r in out["results"])
         assert sp.proc.wait(timeout=60) == 0
         logs = sp.rest_of_output()
         assert "draining" in logs and "stopped" in logs
     finally:
         sp.terminate(signal.SIGKILL)
-
-
-def _one_batch(client: VerifierClient, items: list[dict]):
-    """All items in ONE unary call (so the drain must finish a call already in flight)."""
-    from verifier.convert import item_to_proto, result_from_proto
-
-    resp = client._stub.Score(pb.ScoreRequest(items=[item_to_proto(i) for i in items]), timeout=120)
-    return [result_from_proto(r) for r in resp.results]
 
 
 def test_check_cli_embedded_and_remote(server, tmp_path) -> None:
