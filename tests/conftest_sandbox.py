@@ -1,0 +1,78 @@
+"""Shared fixtures and helpers for the sandbox and code-scoring tests (imported explicitly by
+tests/test_sandbox*.py and tests/test_code_score*.py; real nsjail, no mocks)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from sandbox import create_sandbox
+from sandbox.nsjail import SANDBOX_UID
+from verifier.code_score import score_code
+from verifier.items import Limits, Status
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+SUM_GT = {"inputs": ["1 2\n", "3 4\n", "10 20\n"], "outputs": ["3\n", "7\n", "30\n"]}
+SUM_OK = "a, b = map(int, input().split())\nprint(a + b)"
+
+
+def respond(code: str, think: bool = True) -> str:
+    """A model response whose last python block is ``code``."""
+    head = "<think>\nLet me think.\n```python\nprint('draft')\n```\n</think>\n" if think else ""
+    return f"{head}Here is my solution:\n```python\n{code}\n```\n"
+
+
+def sandbox_pids() -> set[int]:
+    """Processes on the host running as the sandbox's uid."""
+    pids = set()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/status") as f:
+                for line in f:
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) == SANDBOX_UID:
+                            pids.add(int(d))
+                        break
+        except OSError:
+            continue
+    return pids
+
+
+def assert_no_leftovers(baseline: set[int], timeout: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = sandbox_pids() - baseline
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            cmds = {}
+            for p in left:
+                try:
+                    cmds[p] = open(f"/proc/{p}/cmdline", "rb").read().replace(b"\0", b" ")[:100]
+                except OSError:
+                    pass
+            raise AssertionError(f"processes of uid {SANDBOX_UID} left behind: {cmds}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def nsjail_sandbox():
+    return create_sandbox("nsjail")
+
+
+@pytest.fixture
+def after_attack(nsjail_sandbox):
+    """Checks after an attack: no process of the sandbox uid is left, and the next normal item
+    is judged right."""
+    baseline = sandbox_pids()
+    yield nsjail_sandbox
+    assert_no_leftovers(baseline)
+    nxt = score_code(respond(SUM_OK), SUM_GT, Limits(), nsjail_sandbox)
+    assert nxt.status is Status.CORRECT, nxt
+    assert (nxt.passed, nxt.total) == (3, 3)

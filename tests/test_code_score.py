@@ -1,0 +1,537 @@
+"""score_code on every format of DESIGN.md 3.1, right and wrong, with LiveCodeBench's comparison
+rules, early stop vs run-all, bad ground truths and a broken sandbox. Real nsjail."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from sandbox.nsjail import NsjailSandbox
+from tests.conftest_sandbox import SUM_GT, SUM_OK, nsjail_sandbox, respond  # noqa: F401
+from verifier.code_score import (
+    BadGroundTruth,
+    outputs_match,
+    parse_ground_truth,
+    score_code,
+    values_match,
+)
+from verifier.items import Limits, Status
+
+
+def score(sb, code, gt, **limits):
+    return score_code(respond(code), gt, Limits(**limits), sb)
+
+
+# -- stdin/stdout ----------------------------------------------------------------------------
+
+
+def test_stdio_correct(nsjail_sandbox):
+    o = score(nsjail_sandbox, SUM_OK, SUM_GT)
+    assert o.status is Status.CORRECT and (o.passed, o.total) == (3, 3)
+
+
+def test_stdio_ground_truth_as_json_string(nsjail_sandbox):
+    o = score(nsjail_sandbox, SUM_OK, json.dumps(SUM_GT))
+    assert o.status is Status.CORRECT
+
+
+def test_stdio_wrong(nsjail_sandbox):
+    o = score(nsjail_sandbox, "a, b = map(int, input().split())\nprint(a * b)", SUM_GT)
+    assert o.status is Status.INCORRECT and o.passed == 0 and o.total == 3
+    assert "test 1/3" in o.detail
+
+
+def test_stdio_multiline_and_sys_stdin(nsjail_sandbox):
+    gt = {"inputs": ["3\n1 2 3\n", "2\n5 5\n"], "outputs": ["6\n", "10\n"]}
+    code = "import sys\ndata = sys.stdin.read().split()\nn = int(data[0])\nprint(sum(map(int, data[1:1 + n])))"
+    assert score(nsjail_sandbox, code, gt).status is Status.CORRECT
+
+
+def test_stdio_exit_builtin_and_main_guard(nsjail_sandbox):
+    code = "def main():\n    a, b = map(int, input().split())\n    print(a + b)\n    exit()\nif __name__ == '__main__':\n    main()"
+    assert score(nsjail_sandbox, code, SUM_GT).status is Status.CORRECT
+
+
+def test_lcb_rules_whitespace_and_blank_lines(nsjail_sandbox):
+    gt = {"inputs": ["x\n"], "outputs": ["1 2\n3\n"]}
+    code = "print()\nprint('1 2   ')\nprint('   3')\nprint()\nprint()"
+    assert score(nsjail_sandbox, code, gt).status is Status.CORRECT
+
+
+def test_lcb_rules_numeric_tolerance(nsjail_sandbox):
+    gt = {"inputs": ["x\n"], "outputs": ["1.0 2\n0.50\n"]}
+    assert score(nsjail_sandbox, "print('1 2.000')\nprint(0.5)", gt).status is Status.CORRECT
+    assert score(nsjail_sandbox, "print('1 2.001')\nprint(0.5)", gt).status is Status.INCORRECT
+
+
+def test_outputs_match_rules():
+    assert outputs_match("3\n", "3")
+    assert outputs_match("  3  \n\n\n", "3\n")
+    assert outputs_match("1.0\n", "1")
+    assert outputs_match("1e2", "100")
+    assert outputs_match("a b\n1 2", "a b  \n1.0 2.00")
+    assert not outputs_match("a  b", "a b")  # not numeric: compared as stripped strings
+    assert not outputs_match("1\n2", "1 2")
+    assert not outputs_match("1\n\n2", "1\n2")  # inner blank lines count
+    assert not outputs_match("YES", "yes")
+    assert not outputs_match("", "0")
+    assert outputs_match("", "\n")
+    assert not outputs_match("nan", "1")
+
+
+def test_values_match_rules():
+    assert values_match((1, 2), [1, 2])
+    assert not values_match([(1, 2)], [[1, 2]])  # only the top level (LiveCodeBench)
+    assert values_match(5, [5], taco=True) and not values_match(5, [5])
+    assert not values_match({1: 2}, {"1": 2})
+
+
+# -- call-based ------------------------------------------------------------------------------
+
+CALL_GT = {
+    "inputs": ["[1, 2, 3]\n2", "[]\n0", "[5]\n-1"],
+    "outputs": ["[2, 4, 6]", "[]", "[-5]"],
+    "fn_name": "scale",
+}
+
+
+def test_call_based_bare_function(nsjail_sandbox):
+    o = score(nsjail_sandbox, "def scale(xs, k):\n    return [x * k for x in xs]", CALL_GT)
+    assert o.status is Status.CORRECT and (o.passed, o.total) == (3, 3)
+
+
+def test_call_based_solution_class_and_tuple(nsjail_sandbox):
+    code = "from typing import List\nclass Solution:\n    def scale(self, xs: List[int], k: int) -> List[int]:\n        return tuple(x * k for x in xs)"
+    assert score(nsjail_sandbox, code, CALL_GT).status is Status.CORRECT
+
+
+def test_call_based_wrong(nsjail_sandbox):
+    o = score(nsjail_sandbox, "def scale(xs, k):\n    return xs", CALL_GT)
+    assert o.status is Status.INCORRECT and o.passed == 0
+
+
+def test_call_based_missing_function(nsjail_sandbox):
+    o = score(nsjail_sandbox, "def other(xs, k):\n    return xs", CALL_GT)
+    assert o.status is Status.RUNTIME_ERROR and "scale" in o.detail
+
+
+def test_call_based_exception_and_run_all(nsjail_sandbox):
+    code = "def scale(xs, k):\n    if not xs: raise ValueError('empty')\n    return [x * k for x in xs]"
+    o = score(nsjail_sandbox, code, CALL_GT, run_all_tests=True)
+    assert o.status is Status.RUNTIME_ERROR and (o.passed, o.total) == (2, 3)
+    assert "ValueError" in o.detail
+
+
+def test_call_based_taco_lists(nsjail_sandbox):
+    gt = {"inputs": [[1, 2], [3, 4]], "outputs": [[3], [7]], "fn_name": "add"}
+    assert score(nsjail_sandbox, "def add(a, b):\n    return a + b", gt).status is Status.CORRECT
+
+
+def test_call_based_dict_and_strings(nsjail_sandbox):
+    gt = {
+        "inputs": ['"hello"'],
+        "outputs": ['{"h": 1, "e": 1, "l": 2, "o": 1}'],
+        "fn_name": "count",
+    }
+    code = "from collections import Counter\ndef count(s):\n    return dict(Counter(s))"
+    assert score(nsjail_sandbox, code, gt).status is Status.CORRECT
+
+
+# -- LeetCode style --------------------------------------------------------------------------
+
+PREFIX = (
+    "from typing import *\n"
+    "class ListNode:\n"
+    "    def __init__(self, val=0, next=None):\n"
+    "        self.val = val\n"
+    "        self.next = next\n"
+    "def list_node(values):\n"
+    "    head = ListNode()\n"
+    "    p = head\n"
+    "    for v in values:\n"
+    "        p.next = ListNode(v)\n"
+    "        p = p.next\n"
+    "    return head.next\n"
+    "def is_same_list(a, b):\n"
+    "    while a and b:\n"
+    "        if a.val != b.val:\n"
+    "            return False\n"
+    "        a, b = a.next, b.next\n"
+    "    return a is None and b is None\n"
+)
+LEET_GT = {
+    "import_prefix": PREFIX,
+    "test_code": (
+        "def check(candidate):\n"
+        "    assert is_same_list(candidate(head=list_node([1, 2, 3])), list_node([3, 2, 1]))\n"
+        "    assert is_same_list(candidate(head=list_node([7])), list_node([7]))\n"
+        "    assert candidate(head=None) is None\n"
+        "    assert is_same_list(candidate(list_node(list(range(3000)))), list_node(list(range(2999, -1, -1))))\n"
+    ),
+    "entry_point": "Solution().reverseList",
+}
+REVERSE_OK = (
+    "class Solution:\n"
+    "    def reverseList(self, head: Optional[ListNode]) -> Optional[ListNode]:\n"
+    "        prev = None\n"
+    "        while head:\n"
+    "            head.next, prev, head = prev, head, head.next\n"
+    "        return prev\n"
+)
+
+
+def test_leetcode_correct(nsjail_sandbox):
+    o = score(nsjail_sandbox, REVERSE_OK, LEET_GT)
+    assert o.status is Status.CORRECT and (o.passed, o.total) == (4, 4), o
+
+
+def test_leetcode_wrong(nsjail_sandbox):
+    o = score(
+        nsjail_sandbox,
+        "class Solution:\n    def reverseList(self, head):\n        return head",
+        LEET_GT,
+        run_all_tests=True,
+    )
+    assert o.status is Status.INCORRECT and (o.passed, o.total) == (2, 4), o
+
+
+def test_leetcode_simple_values(nsjail_sandbox):
+    gt = {
+        "import_prefix": "from typing import *",
+        "test_code": "def check(candidate):\n    assert candidate(nums=[2, 7, 11, 15], target=9) == [0, 1]\n    assert candidate(nums=[3, 2, 4], target=6) == [1, 2]\n",
+        "entry_point": "Solution().twoSum",
+    }
+    code = (
+        "class Solution:\n"
+        "    def twoSum(self, nums: List[int], target: int) -> List[int]:\n"
+        "        seen = {}\n"
+        "        for i, x in enumerate(nums):\n"
+        "            if target - x in seen:\n"
+        "                return [seen[target - x], i]\n"
+        "            seen[x] = i\n"
+    )
+    assert score(nsjail_sandbox, code, gt).status is Status.CORRECT
+    assert (
+        score(
+            nsjail_sandbox, code.replace("[seen[target - x], i]", "[i, seen[target - x]]"), gt
+        ).status
+        is Status.INCORRECT
+    )
+
+
+def test_leetcode_in_place_argument(nsjail_sandbox):
+    gt = {
+        "import_prefix": "from typing import *",
+        "test_code": (
+            "def check(candidate):\n"
+            "    nums = [1, 2, 3, 4]\n"
+            "    candidate(nums, 1)\n"
+            "    assert nums == [4, 1, 2, 3]\n"
+            "    nums = [5, 6]\n"
+            "    assert candidate(nums, 2) is None\n"
+            "    assert nums == [5, 6]\n"
+        ),
+        "entry_point": "Solution().rotate",
+    }
+    code = "class Solution:\n    def rotate(self, nums: List[int], k: int) -> None:\n        k %= len(nums)\n        nums[:] = nums[-k:] + nums[:-k]\n"
+    o = score(nsjail_sandbox, code, gt)
+    assert o.status is Status.CORRECT and o.total == 3, o
+
+
+def test_leetcode_exception_between_asserts(nsjail_sandbox):
+    gt = {
+        "import_prefix": "",
+        "test_code": "def check(candidate):\n    assert candidate(1) == 2\n    x = candidate(0)\n    assert x == 1\n    assert candidate(3) == 4\n",
+        "entry_point": "inc",
+    }
+    code = "def inc(x):\n    if x == 0:\n        raise ZeroDivisionError('no')\n    return x + 1"
+    o = score(nsjail_sandbox, code, gt, run_all_tests=True)
+    assert o.status is Status.RUNTIME_ERROR and (o.passed, o.total) == (2, 3), o
+
+
+# -- assert cases ----------------------------------------------------------------------------
+
+ASSERT_GT = {
+    "assert_case": ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"]
+}
+
+
+def test_asserts_correct(nsjail_sandbox):
+    o = score(nsjail_sandbox, "def add(a, b):\n    return a + b", ASSERT_GT)
+    assert o.status is Status.CORRECT and (o.passed, o.total) == (3, 3)
+
+
+def test_asserts_wrong_run_all(nsjail_sandbox):
+    o = score(
+        nsjail_sandbox,
+        "def add(a, b):\n    return a + b if a > 0 else 7",
+        ASSERT_GT,
+        run_all_tests=True,
+    )
+    assert o.status is Status.INCORRECT and (o.passed, o.total) == (2, 3)
+
+
+def test_asserts_with_statements_and_classes(nsjail_sandbox):
+    gt = {
+        "assert_case": [
+            "s = Stack()\ns.push(4)\ns.push(5)\nassert s.pop() == 5\nassert len(s.items) == 1",
+            "assert math.isclose(area(1.0), 3.14159, rel_tol=1e-4)",
+        ]
+    }
+    code = "import math\nclass Stack:\n    def __init__(self):\n        self.items = []\n    def push(self, x):\n        self.items.append(x)\n    def pop(self):\n        return self.items.pop()\ndef area(r):\n    return math.pi * r * r"
+    o = score(
+        nsjail_sandbox,
+        "import math\n" + code,
+        {"assert_case": ["import math\n" + gt["assert_case"][1], gt["assert_case"][0]]},
+    )
+    assert o.status is Status.CORRECT, o
+
+
+def test_asserts_undefined_function(nsjail_sandbox):
+    o = score(nsjail_sandbox, "def plus(a, b):\n    return a + b", ASSERT_GT)
+    assert o.status is Status.RUNTIME_ERROR and "add" in o.detail
+
+
+# -- early stop vs run-all -------------------------------------------------------------------
+
+FIVE = {"inputs": [f"{i}\n" for i in range(5)], "outputs": [f"{i * i}\n" for i in range(5)]}
+FAILS_AT_1 = "n = int(input())\nprint(n * n if n != 1 else -1)"
+
+
+def test_early_stop_counts(nsjail_sandbox):
+    o = score(nsjail_sandbox, FAILS_AT_1, FIVE)
+    assert o.status is Status.INCORRECT and (o.passed, o.total) == (1, 5)
+
+
+def test_run_all_counts(nsjail_sandbox):
+    o = score(nsjail_sandbox, FAILS_AT_1, FIVE, run_all_tests=True)
+    assert o.status is Status.INCORRECT and (o.passed, o.total) == (4, 5)
+
+
+def test_early_stop_skips_slow_tests(nsjail_sandbox):
+    import time
+
+    code = "import time\nn = int(input())\nif n == 0:\n    print(-1)\nelse:\n    time.sleep(0.5)\n    print(n * n)"
+    t = time.monotonic()
+    o = score(nsjail_sandbox, code, FIVE)
+    assert o.status is Status.INCORRECT and o.passed == 0
+    assert time.monotonic() - t < 1.5
+
+
+def test_run_all_after_timeout(nsjail_sandbox):
+    code = "n = int(input())\nwhile n == 2:\n    pass\nprint(n * n)"
+    o = score(nsjail_sandbox, code, FIVE, run_all_tests=True, test_timeout_s=1)
+    assert o.status is Status.TIMEOUT and (o.passed, o.total) == (4, 5)
+
+
+def test_item_deadline_bounds_everything(nsjail_sandbox):
+    import time
+
+    code = "import time\ntime.sleep(0.8)\nprint(int(input()) ** 2)"
+    t = time.monotonic()
+    o = score(nsjail_sandbox, code, FIVE, timeout_s=2.0, test_timeout_s=5)
+    assert o.status is Status.TIMEOUT and 0 < o.passed < 5
+    assert time.monotonic() - t < 4
+
+
+# -- no answer, syntax -----------------------------------------------------------------------
+
+
+def test_no_code_block(nsjail_sandbox):
+    o = score_code("The answer is 42.", SUM_GT, Limits(), nsjail_sandbox)
+    assert o.status is Status.NO_ANSWER and o.total == 3
+
+
+def test_unclosed_think(nsjail_sandbox):
+    o = score_code("<think>\n```python\nprint(3)\n```\nhmm", SUM_GT, Limits(), nsjail_sandbox)
+    assert o.status is Status.NO_ANSWER
+
+
+def test_last_block_after_think_is_used(nsjail_sandbox):
+    resp = (
+        "<think>```python\nprint('no')\n```</think>\n```python\nprint('wrong')\n```\nfinal:\n```python\n"
+        + SUM_OK
+        + "\n```"
+    )
+    assert score_code(resp, SUM_GT, Limits(), nsjail_sandbox).status is Status.CORRECT
+
+
+def test_syntax_error(nsjail_sandbox):
+    o = score(nsjail_sandbox, "def f(:\n    pass", SUM_GT)
+    assert o.status is Status.SYNTAX_ERROR and o.total == 3
+
+
+# -- bad ground truth ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "gt, fragment",
+    [
+        ({"inputs": ["1"], "outputs": ["1", "2"]}, "'outputs' has 2"),
+        ({"inputs": [], "outputs": []}, "empty"),
+        ({"inputs": "1", "outputs": ["1"]}, "'inputs' must be a list"),
+        ({"inputs": [1], "outputs": ["1"]}, "inputs[0]"),
+        ({"inputs": ["x"], "outputs": ["1"], "fn_name": "f"}, "inputs[0]"),
+        ({"inputs": ["1"], "outputs": ["not json"], "fn_name": "f"}, "outputs[0]"),
+        ({"inputs": ["1"], "outputs": ["1"], "fn_name": "no such"}, "fn_name"),
+        ({"assert_case": []}, "assert_case"),
+        ({"assert_case": ["x = 1"]}, "no assert"),
+        ({"assert_case": ["assert ("]}, "does not parse"),
+        ({"test_code": "def check(c):\n    assert c(1) == 1", "entry_point": ""}, "entry_point"),
+        ({"test_code": "", "entry_point": "f"}, "test_code"),
+        ({"something": 1}, "none of the known formats"),
+        ("just text", "plain string"),
+        (42, "must be an object"),
+        ('{"inputs": ["1"]', "plain string"),
+    ],
+)
+def test_invalid_ground_truth(nsjail_sandbox, gt, fragment):
+    o = score(nsjail_sandbox, SUM_OK, gt)
+    assert o.status is Status.INVALID_INPUT, o
+    assert fragment in o.detail, o.detail
+
+
+def test_parse_ground_truth_counts():
+    assert parse_ground_truth(LEET_GT).total == 4
+    assert parse_ground_truth(ASSERT_GT).total == 3
+    with pytest.raises(BadGroundTruth):
+        parse_ground_truth(None)
+
+
+def test_broken_import_prefix_is_invalid_input(nsjail_sandbox):
+    gt = dict(LEET_GT, import_prefix="import no_such_module_xyz")
+    o = score(nsjail_sandbox, REVERSE_OK, gt)
+    assert o.status is Status.INVALID_INPUT and "import_prefix" in o.detail
+
+
+# -- the sandbox itself failing ----------------------------------------------------------------
+
+
+def test_missing_sandbox_binary_is_sandbox_error(tmp_path):
+    sb = NsjailSandbox(binary=str(tmp_path / "nsjail-missing"))
+    o = score_code(respond(SUM_OK), SUM_GT, Limits(), sb)
+    assert o.status is Status.SANDBOX_ERROR and "nsjail-missing" in o.detail and o.total == 3
+
+
+def test_broken_sandbox_binary_is_sandbox_error(tmp_path):
+    fake = tmp_path / "nsjail"
+    fake.write_text("#!/bin/sh\nexit 255\n")
+    fake.chmod(0o755)
+    o = score_code(respond(SUM_OK), SUM_GT, Limits(), NsjailSandbox(binary=str(fake)))
+    assert o.status is Status.SANDBOX_ERROR, o
+
+
+def test_broken_policy_is_sandbox_error(tmp_path):
+    cfg = tmp_path / "bad.cfg"
+    cfg.write_text("this is not a policy {")
+    o = score_code(respond(SUM_OK), SUM_GT, Limits(), NsjailSandbox(config=str(cfg)))
+    assert o.status is Status.SANDBOX_ERROR, o
+
+
+# -- threads -----------------------------------------------------------------------------------
+
+
+def test_concurrent_scoring(nsjail_sandbox):
+    out = {}
+    codes = {i: (SUM_OK if i % 2 == 0 else "print(0)") for i in range(8)}
+
+    def work(i):
+        out[i] = score(nsjail_sandbox, codes[i], SUM_GT).status
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in codes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == {i: (Status.CORRECT if i % 2 == 0 else Status.INCORRECT) for i in codes}
+
+
+def test_unsafe_backend_scores_the_same():
+    from sandbox import create_sandbox
+
+    sb = create_sandbox("unsafe-none")
+    assert score(sb, SUM_OK, SUM_GT).status is Status.CORRECT
+    assert score(sb, "def add(a, b):\n    return a + b", ASSERT_GT).status is Status.CORRECT
+    assert score(sb, "while True: pass", SUM_GT, test_timeout_s=1).status is Status.TIMEOUT
+
+
+def test_leetcode_assert_in_loop(nsjail_sandbox):
+    gt = {
+        "import_prefix": "",
+        "test_code": "def check(candidate):\n    for i in range(200):\n        assert candidate(i) == i + 1\n    assert candidate(-1) == 0\n",
+        "entry_point": "inc",
+    }
+    o = score(nsjail_sandbox, "def inc(x):\n    return x + 1", gt)
+    assert o.status is Status.CORRECT and (o.passed, o.total) == (2, 2), o
+    o = score(
+        nsjail_sandbox, "def inc(x):\n    return x + 1 if x != 150 else 0", gt, run_all_tests=True
+    )
+    assert o.status is Status.INCORRECT and (o.passed, o.total) == (1, 2), o
+
+
+def test_unicode_io(nsjail_sandbox):
+    gt = {"inputs": ["héllo wörld ✓\n"], "outputs": ["HÉLLO WÖRLD ✓\n"]}
+    assert score(nsjail_sandbox, "print(input().upper())", gt).status is Status.CORRECT
+
+
+def test_deep_recursion_in_a_thread(nsjail_sandbox):
+    """The usual competitive-programming trick (big thread stack + recursion limit) works."""
+    code = (
+        "import sys, threading\n"
+        "sys.setrecursionlimit(1 << 20)\n"
+        "threading.stack_size(1 << 27)\n"
+        "def depth(n):\n"
+        "    return 0 if n == 0 else 1 + depth(n - 1)\n"
+        "def main():\n"
+        "    print(depth(int(input())))\n"
+        "t = threading.Thread(target=main)\n"
+        "t.start()\n"
+        "t.join()\n"
+    )
+    gt = {"inputs": ["100000\n"], "outputs": ["100000\n"]}
+    assert score(nsjail_sandbox, code, gt).status is Status.CORRECT
+
+
+def test_output_printed_by_non_daemon_thread_and_atexit(nsjail_sandbox):
+    code = (
+        "import atexit, threading, time\n"
+        "atexit.register(lambda: print(30))\n"
+        "def late():\n"
+        "    time.sleep(0.1)\n"
+        "    print(7)\n"
+        "threading.Thread(target=late).start()\n"
+        "print(3)\n"
+    )
+    gt = {"inputs": [""], "outputs": ["3\n7\n30\n"]}
+    assert score(nsjail_sandbox, code, gt).status is Status.CORRECT
+
+
+def test_asserts_run_all_after_crash_and_timeout(nsjail_sandbox):
+    gt = {"assert_case": [f"assert f({i}) == {i * i}" for i in range(5)]}
+    code = "import os\ndef f(x):\n    if x == 1:\n        os._exit(3)\n    while x == 3:\n        pass\n    return x * x"
+    o = score(nsjail_sandbox, code, gt, run_all_tests=True, test_timeout_s=1)
+    assert o.status is Status.RUNTIME_ERROR and (o.passed, o.total) == (3, 5), o
+
+
+def test_leetcode_run_all_after_timeout_resumes(nsjail_sandbox):
+    gt = {
+        "import_prefix": "",
+        "test_code": "def check(candidate):\n"
+        + "".join(f"    assert candidate({i}) == {i * i}\n" for i in range(5)),
+        "entry_point": "Solution().sq",
+    }
+    code = "class Solution:\n    def sq(self, x):\n        while x == 2:\n            pass\n        return x * x"
+    o = score(nsjail_sandbox, code, gt, run_all_tests=True, test_timeout_s=1)
+    assert o.status is Status.TIMEOUT and (o.passed, o.total) == (4, 5), o
+
+
+def test_unavailable_sandbox_refuses_code_items():
+    from sandbox import UnavailableSandbox
+
+    sb = UnavailableSandbox("nsjail binary not found at /x")
+    o = score_code(respond(SUM_OK), SUM_GT, Limits(), sb)
+    assert (
+        o.status is Status.SANDBOX_ERROR and "nsjail binary not found" in o.detail and o.total == 3
+    )

@@ -1,0 +1,384 @@
+"""The sandbox interface and its backends: nsjail for real (each limit must bite), the no-fallback
+rule, the development backend, and docker where an engine answers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+
+import pytest
+
+from sandbox import RunResult, Sandbox, SandboxLimits, SandboxUnavailable, create_sandbox
+from sandbox.nsjail import POLICY_FILE, NsjailSandbox
+from tests.conftest_sandbox import PROJECT_ROOT, assert_no_leftovers, nsjail_sandbox, sandbox_pids  # noqa: F401
+
+PY = "/usr/bin/python3"
+
+
+def py(sb, code: str, **kw) -> RunResult:
+    return sb.run([sb.python, "-I", "-S", "-c", code], **kw)
+
+
+# -- the interface -------------------------------------------------------------------------
+
+
+def test_nsjail_is_a_sandbox(nsjail_sandbox):
+    assert isinstance(nsjail_sandbox, Sandbox)
+    assert nsjail_sandbox.name == "nsjail" and nsjail_sandbox.isolated
+    assert "nsjail" in nsjail_sandbox.describe()
+
+
+def test_run_with_stdin_and_files(nsjail_sandbox):
+    sb = nsjail_sandbox
+    r = sb.run(
+        [sb.python, "-I", "-S", "prog.py"],
+        stdin=b"3 4\n",
+        files={
+            "prog.py": b"import sys\nprint(sum(map(int, input().split())))\nprint(open('data/x.txt').read())\nsys.exit(3)",
+            "data/x.txt": b"hello",
+        },
+    )
+    assert r.status == "ok", r
+    assert r.exit_code == 3 and r.signal is None
+    assert r.stdout == b"7\nhello\n"
+    assert r.wall_s > 0 and r.cpu_s >= 0
+    assert r.peak_memory_mb is None or r.peak_memory_mb > 1
+
+
+def test_limits_validated():
+    with pytest.raises(ValueError):
+        SandboxLimits(wall_s=0)
+    with pytest.raises(ValueError):
+        SandboxLimits(memory_mb=-1)
+
+
+def test_bad_file_names_are_refused(nsjail_sandbox):
+    for name in ("../x", "/etc/passwd", "a:b", "a/../b", ""):
+        r = nsjail_sandbox.run([PY, "-c", "pass"], files={name: b"x"})
+        assert r.status == "error", name
+
+
+def test_policy_is_one_versioned_file():
+    text = POLICY_FILE.read_text()
+    assert "uidmap" in text and "clone_newnet: true" in text and "seccomp_string" in text
+    assert 'inside_id: "65534" outside_id: "65534"' in text
+
+
+def test_self_test_reports_mode(nsjail_sandbox):
+    desc = nsjail_sandbox.describe()
+    assert ("cgroup" in desc) or ("rlimits only" in desc)
+
+
+# -- no silent fallback ---------------------------------------------------------------------
+
+
+def test_missing_binary_is_unavailable(tmp_path):
+    with pytest.raises(SandboxUnavailable, match="not found"):
+        create_sandbox("nsjail", binary=str(tmp_path / "no-such-nsjail"))
+
+
+def test_broken_binary_is_unavailable(tmp_path):
+    fake = tmp_path / "nsjail"
+    fake.write_text("#!/bin/sh\necho broken >&2\nexit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(SandboxUnavailable, match="cannot start a jail"):
+        create_sandbox("nsjail", binary=str(fake))
+    # Used without its self-test, it reports errors, never runs the program unsandboxed.
+    sb = NsjailSandbox(binary=str(fake))
+    r = py(sb, "print('hi')")
+    assert r.status == "error" and b"hi" not in r.stdout
+
+
+def test_unknown_kind():
+    with pytest.raises(SandboxUnavailable, match="unknown sandbox kind"):
+        create_sandbox("chroot")  # type: ignore[arg-type]
+
+
+def test_unreadable_interpreter_prefix_is_unavailable(tmp_path):
+    # An interpreter outside /usr must be readable by uid 65534, else the self-test says so.
+    d = tmp_path / "private"
+    (d / "bin").mkdir(parents=True)
+    exe = d / "bin" / "python3"
+    shutil.copy(PY, exe)
+    os.chmod(tmp_path, 0o700)
+    with pytest.raises(SandboxUnavailable, match="not readable by uid 65534"):
+        create_sandbox("nsjail", python=str(exe))
+
+
+# -- the policy in force ---------------------------------------------------------------------
+
+
+def test_runs_as_nobody_in_own_pid_namespace(nsjail_sandbox):
+    r = py(
+        nsjail_sandbox,
+        "import os; print(os.getuid(), os.getgid(), os.getpid(), sorted(os.environ))",
+    )
+    uid, gid, pid, env = r.stdout.decode().split(" ", 3)
+    assert (uid, gid, pid) == ("65534", "65534", "1")
+    assert "HOME" in env and "SSH" not in env and "PYTHONPATH" not in env
+
+
+def test_clean_environment(nsjail_sandbox, monkeypatch):
+    monkeypatch.setenv("SECRET_TOKEN", "hunter2")
+    r = py(nsjail_sandbox, "import os; print(os.environ.get('SECRET_TOKEN'))")
+    assert r.stdout == b"None\n"
+
+
+def test_host_files_invisible(nsjail_sandbox):
+    code = (
+        "import os\n"
+        f"for p in ['/etc/shadow', '/etc/passwd', '/root', '/home', {str(PROJECT_ROOT)!r}, '/proc/1/environ', '/sys']:\n"
+        "    print(p, os.path.exists(p))\n"
+    )
+    r = py(nsjail_sandbox, code)
+    assert r.status == "ok" and b"True" not in r.stdout, r.stdout
+
+
+def test_root_read_only_and_scratch_writable(nsjail_sandbox):
+    code = (
+        "import os\n"
+        "for p in ['/x', '/usr/x', '/dev/x']:\n"
+        "    try:\n"
+        "        open(p, 'w'); print('WROTE', p)\n"
+        "    except OSError as e:\n"
+        "        print('denied', p, e.errno)\n"
+        "open('/tmp/ok', 'w').write('x'); print('scratch ok', os.getcwd())\n"
+    )
+    r = py(nsjail_sandbox, code)
+    assert b"WROTE" not in r.stdout and b"scratch ok /tmp" in r.stdout, r.stdout
+
+
+def test_no_network_even_to_host_loopback(nsjail_sandbox):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(5)
+    srv.settimeout(0.1)
+    port = srv.getsockname()[1]
+    code = (
+        "import socket\n"
+        f"for addr in [('127.0.0.1', {port}), ('1.1.1.1', 53), ('10.0.0.1', 80)]:\n"
+        "    try:\n"
+        "        socket.create_connection(addr, timeout=2); print('CONNECTED', addr)\n"
+        "    except OSError as e:\n"
+        "        print('refused', addr, e.errno)\n"
+    )
+    try:
+        r = py(nsjail_sandbox, code)
+        assert (
+            r.status == "ok" and b"CONNECTED" not in r.stdout and r.stdout.count(b"refused") == 3
+        ), r.stdout
+        with pytest.raises(socket.timeout):
+            srv.accept()
+    finally:
+        srv.close()
+
+
+# -- every limit bites -----------------------------------------------------------------------
+
+
+def test_wall_limit(nsjail_sandbox):
+    r = py(nsjail_sandbox, "import time; time.sleep(30)", limits=SandboxLimits(wall_s=1.0))
+    assert r.status == "timeout" and 0.9 < r.wall_s < 4
+
+
+def test_cpu_limit(nsjail_sandbox):
+    r = py(nsjail_sandbox, "while True: pass", limits=SandboxLimits(wall_s=20, cpu_s=1))
+    assert r.status == "timeout", r
+    assert r.wall_s < 10
+
+
+def test_memory_limit_per_process(nsjail_sandbox):
+    r = py(nsjail_sandbox, "b = bytearray(400 << 20)", limits=SandboxLimits(memory_mb=200))
+    assert r.status == "ok" and r.exit_code == 1 and b"MemoryError" in r.stderr
+
+
+def test_memory_limit_whole_sandbox(nsjail_sandbox):
+    """Several processes, each under its own address-space limit, together over the cap."""
+    if nsjail_sandbox.cgroup_mode == "off":
+        pytest.skip("no usable cgroup here: the total is bounded by max_procs x memory_mb")
+    code = (
+        "import os, time\n"
+        "pids = []\n"
+        "for i in range(6):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        b = bytearray(150 << 20); time.sleep(3); os._exit(0)\n"
+        "    pids.append(pid)\n"
+        "for pid in pids:\n"
+        "    _, st = os.waitpid(pid, 0)\n"
+        "    print('killed' if os.WIFSIGNALED(st) else 'survived', flush=True)\n"
+    )
+    r = py(nsjail_sandbox, code, limits=SandboxLimits(memory_mb=200, scratch_mb=8, wall_s=20))
+    # 6 x 150 MB is over the jail's cgroup cap (200 + 8 + 256 MB): the OOM killer steps in.
+    assert b"killed" in r.stdout or r.status == "memory", r
+    assert r.stdout.count(b"survived") <= 3, r
+
+
+def test_process_limit(nsjail_sandbox):
+    code = (
+        "import os, time\n"
+        "n = 0\n"
+        "try:\n"
+        "    for i in range(200):\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(5); os._exit(0)\n"
+        "        n += 1\n"
+        "except OSError as e:\n"
+        "    print('fork failed after', n)\n"
+    )
+    baseline = sandbox_pids()
+    r = py(nsjail_sandbox, code, limits=SandboxLimits(max_procs=10, wall_s=10))
+    assert b"fork failed after" in r.stdout, r
+    assert int(r.stdout.split()[-1]) < 10
+    assert_no_leftovers(baseline)
+
+
+def test_file_size_limit(nsjail_sandbox):
+    code = (
+        "try:\n"
+        "    open('/tmp/big', 'wb').write(b'x' * (5 << 20)); print('WROTE')\n"
+        "except OSError as e:\n"
+        "    print('efbig', e.errno)\n"
+    )
+    r = py(nsjail_sandbox, code, limits=SandboxLimits(file_size_mb=2))
+    assert b"efbig 27" in r.stdout, r
+
+
+def test_scratch_size_limit(nsjail_sandbox):
+    code = (
+        "i = 0\n"
+        "try:\n"
+        "    while True:\n"
+        "        open(f'/tmp/f{i}', 'wb').write(b'x' * (1 << 20)); i += 1\n"
+        "except OSError as e:\n"
+        "    print('full after', i, e.errno)\n"
+    )
+    r = py(nsjail_sandbox, code, limits=SandboxLimits(scratch_mb=4, file_size_mb=16))
+    assert b"full after" in r.stdout and b"28" in r.stdout, r
+    assert int(r.stdout.split()[2]) <= 4
+
+
+def test_output_limit(nsjail_sandbox):
+    r = py(
+        nsjail_sandbox,
+        "import sys\nwhile True: sys.stdout.write('x' * 65536)",
+        limits=SandboxLimits(output_bytes=1 << 20),
+    )
+    assert r.status == "output_limit" and len(r.stdout) == 1 << 20 and r.stdout_truncated
+
+
+def test_stdout_hook_can_stop(nsjail_sandbox):
+    seen = []
+
+    def hook(chunk: bytes) -> bool:
+        seen.append(chunk)
+        return False
+
+    r = py(
+        nsjail_sandbox,
+        "import time\nprint('a', flush=True)\ntime.sleep(20)",
+        on_stdout=hook,
+        limits=SandboxLimits(wall_s=15),
+    )
+    assert r.status == "stopped" and seen and r.wall_s < 5
+
+
+def test_daemon_killed_with_the_run(nsjail_sandbox):
+    baseline = sandbox_pids()
+    code = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\nprint('parent done')"
+    r = py(nsjail_sandbox, code)
+    assert r.status == "ok" and r.stdout == b"parent done\n"
+    assert_no_leftovers(baseline)
+
+
+def test_concurrent_runs(nsjail_sandbox):
+    results = []
+
+    def work(i: int) -> None:
+        r = py(nsjail_sandbox, f"print({i} * 2)")
+        results.append((i, r.stdout))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [(i, f"{i * 2}\n".encode()) for i in range(6)]
+
+
+# -- the development backend -------------------------------------------------------------------
+
+
+def test_unsafe_backend_warns_loudly(caplog):
+    with caplog.at_level("WARNING"):
+        sb = create_sandbox("unsafe-none")
+    assert "UNSAFE" in caplog.text and not sb.isolated
+    r = sb.run([sb.python, "-c", "print(input())"], stdin=b"hi\n", limits=SandboxLimits(wall_s=10))
+    assert r.status == "ok" and r.stdout == b"hi\n"
+    r = sb.run([sb.python, "-c", "while True: pass"], limits=SandboxLimits(wall_s=1, cpu_s=30))
+    assert r.status == "timeout"
+
+
+# -- docker ----------------------------------------------------------------------------------
+
+
+def _docker_reason() -> str | None:
+    try:
+        import docker  # type: ignore[import-not-found]
+    except ImportError:
+        return "the docker Python SDK is not installed"
+    try:
+        docker.from_env(timeout=5).ping()
+    except Exception as e:
+        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        return f"no Docker engine answers at {where}: {type(e).__name__}"
+    return None
+
+
+_DOCKER_SKIP = _docker_reason()
+
+
+@pytest.fixture(scope="module")
+def docker_sandbox():
+    if _DOCKER_SKIP:
+        pytest.skip(_DOCKER_SKIP)
+    try:
+        return create_sandbox("docker")
+    except SandboxUnavailable as e:
+        pytest.skip(str(e))
+
+
+def test_docker_unavailable_is_explained():
+    if not _DOCKER_SKIP:
+        pytest.skip("a Docker engine answers here")
+    with pytest.raises(SandboxUnavailable, match="Docker|docker"):
+        create_sandbox("docker")
+
+
+def test_docker_runs_and_limits(docker_sandbox):
+    sb = docker_sandbox
+    r = sb.run(
+        [sb.python, "-I", "prog.py"],
+        stdin=b"2 3\n",
+        files={"prog.py": b"print(sum(map(int, input().split())))"},
+    )
+    assert r.status == "ok" and r.stdout == b"5\n"
+    r = py(
+        sb,
+        "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 53), timeout=2); print('NET')\nexcept OSError:\n    print('nonet')",
+    )
+    assert r.stdout == b"nonet\n"
+    r = py(sb, "import time; time.sleep(30)", limits=SandboxLimits(wall_s=2))
+    assert r.status == "timeout"
+    r = py(
+        sb,
+        "import sys\nwhile True: sys.stdout.write('x' * 65536)",
+        limits=SandboxLimits(output_bytes=1 << 20),
+    )
+    assert r.status == "output_limit"
+    r = py(
+        sb, "import os\ntry:\n    open('/x', 'w'); print('rw')\nexcept OSError:\n    print('ro')"
+    )
+    assert r.stdout == b"ro\n"

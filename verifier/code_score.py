@@ -1,0 +1,713 @@
+"""Scoring model-written programs against test cases (DESIGN.md 3.1, 5).
+
+``score_code(response, ground_truth, limits, sandbox) -> Outcome`` never raises for bad model
+output or bad ground truth and never hangs: every process has a wall deadline and the whole
+item is bounded by ``limits.timeout_s``.
+
+How one sample is judged:
+
+1. The program is the last fenced python block after the think block (NO_ANSWER without one).
+   It is compiled here first, never executed here: a SyntaxError is SYNTAX_ERROR without
+   starting a sandbox.
+2. ONE sandboxed process per sample runs ``verifier/harness/harness.py`` (shipped into the
+   sandbox as a file). The harness compiles the program once and runs each test in a child
+   forked from the pristine harness, each under its own wall limit, CPU rlimit and memory
+   rlimit (fork is ~1 ms once the interpreter is up, instead of a new interpreter and sandbox
+   per test as in the naive approach).
+3. The harness streams one authenticated record per test back (HMAC with a fresh key per
+   record, keys released to the harness one at a time on its stdin, only when no process
+   holding program code can see them). The judge compares here, outside the sandbox.
+4. With early stop (the default, as released) the judge stops the sandbox at the first failed
+   test; tests not run count as not passed.
+
+Unforgeability per format:
+
+- stdin/stdout and call-based: expected outputs never enter the sandbox. The program's stdout
+  (or its return value, sent as plain data: never pickled, objects become opaque) is compared
+  here with LiveCodeBench's rules. A program that prints "all tests passed", exits 0 from an
+  atexit hook, patches builtins or returns an object with a rigged ``__eq__`` gains nothing.
+  A program that raises (uncaught exception, non-zero exit, killed) fails its test even when
+  the expected output is empty: the harness's wrapper records the exception on a separate pipe
+  before any atexit hook of the program can run.
+- asserts and LeetCode-style ``check(candidate)``: the expected values live in code, so that
+  code runs in an *evaluator* process inside the sandbox that never executes program code; it
+  calls the program's functions over a pipe, arguments and results as plain data, and does the
+  comparison itself with pristine builtins. The program's process cannot read or write the
+  evaluator's memory (seccomp denies ptrace/process_vm_*/pidfd_getfd), cannot reach its pipes
+  (closed before the program's first instruction) and cannot signal PID 1.
+
+Residual risks (documented in sandbox/README.md): the program sees the INPUTS of all tests of
+its sample (they are in the harness's memory when it forks), and it can kill the evaluator
+(a failure, never a pass). Values that are not plain data (instances of classes other than the
+ground truth's own, generators, ...) compare equal to nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import hmac
+import json
+import marshal
+import secrets
+import threading
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from sandbox import RunResult, Sandbox, SandboxLimits
+
+from .extract import after_think, last_code_block
+from .harness import harness as H
+from .harness import harness_source
+from .items import Limits, Outcome, Status, decode_ground_truth
+
+DEFAULT_TEST_TIMEOUT_S = 6.0  # LiveCodeBench
+DEFAULT_MEMORY_MB = 1024
+MAX_ITEM_TIMEOUT_S = 60.0
+ITEM_SLACK_S = 3.0
+PROGRAM_OUTPUT_BYTES = 8 * 1024 * 1024  # per test: more is OUTPUT_LIMIT
+MAX_PROGRAM_CHARS = 512 * 1024
+HARNESS_FILE = "judge_harness.py"
+PYTHON_FLAGS = ("-I", "-S")  # isolated, no site (2 ms); the harness defines exit()/quit() itself
+
+HARNESS_PYC = "judge_harness.pyc"
+_harness_lock = threading.Lock()
+_harness_bytes: bytes | None = None
+_pyc_cache: dict[tuple[str, str, int], bytes | None] = {}
+
+_COMPILE_IN_SANDBOX = (
+    "import marshal, sys\n"
+    "from importlib._bootstrap_external import MAGIC_NUMBER\n"
+    "code = compile(open('judge_harness.py', 'rb').read(), 'judge_harness.py', 'exec')\n"
+    "sys.stdout.buffer.write(MAGIC_NUMBER + bytes(12) + marshal.dumps(code))\n"
+)
+
+
+def _harness() -> bytes:
+    global _harness_bytes
+    with _harness_lock:
+        if _harness_bytes is None:
+            _harness_bytes = harness_source()
+        return _harness_bytes
+
+
+def _harness_files(sandbox: Sandbox) -> tuple[dict[str, bytes], str]:
+    """The harness as bytecode compiled once by the sandbox's own interpreter (compiling the
+    source costs ~7 ms per run; loading bytecode ~0.1 ms), or as source when that fails."""
+    key = (sandbox.name, sandbox.python, id(sandbox))
+    with _harness_lock:
+        if key in _pyc_cache:
+            pyc = _pyc_cache[key]
+            return (
+                ({HARNESS_PYC: pyc}, HARNESS_PYC)
+                if pyc
+                else ({HARNESS_FILE: _harness()}, HARNESS_FILE)
+            )
+    src = _harness()
+    pyc = None
+    try:
+        r = sandbox.run(
+            [sandbox.python, *PYTHON_FLAGS, "-c", _COMPILE_IN_SANDBOX],
+            files={HARNESS_FILE: src},
+            limits=SandboxLimits(wall_s=30, cpu_s=20),
+        )
+        if r.status == "ok" and r.exit_code == 0 and len(r.stdout) > 16:
+            pyc = r.stdout
+    except Exception:
+        pyc = None
+    with _harness_lock:
+        _pyc_cache[key] = pyc
+    return ({HARNESS_PYC: pyc}, HARNESS_PYC) if pyc else ({HARNESS_FILE: src}, HARNESS_FILE)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ground truth.
+
+
+class BadGroundTruth(Exception):
+    pass
+
+
+@dataclass
+class Spec:
+    mode: str  # "stdio" | "call" | "check"
+    total: int
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)  # stdio: str; call: decoded JSON values
+    taco_outputs: bool = False  # call-based outputs given as JSON values (TACO): also accept out[0]
+    fn_name: str = ""
+    prefix: str = ""
+    units: dict = field(default_factory=dict)
+
+
+def _text(v: Any, what: str) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, list) and all(isinstance(x, str) for x in v):
+        return "\n".join(v)
+    raise BadGroundTruth(f"{what} must be a string, got {type(v).__name__}")
+
+
+def parse_ground_truth(gt: Any) -> Spec:
+    """Validate and normalise a code ground truth (DESIGN.md 3.1); BadGroundTruth names what is
+    wrong."""
+    gt = decode_ground_truth(gt)
+    if isinstance(gt, str):
+        raise BadGroundTruth(
+            "code ground_truth must be an object (or a JSON string of one), got a plain string"
+        )
+    if not isinstance(gt, dict):
+        raise BadGroundTruth(f"code ground_truth must be an object, got {type(gt).__name__}")
+    if "assert_case" in gt:
+        return _parse_asserts(gt["assert_case"])
+    if "test_code" in gt or "entry_point" in gt:
+        return _parse_leetcode(gt)
+    if "inputs" in gt or "outputs" in gt:
+        return _parse_io(gt)
+    raise BadGroundTruth(
+        "code ground_truth has none of the known formats: {inputs, outputs[, fn_name]}, "
+        "{import_prefix, test_code, entry_point} or {assert_case}"
+    )
+
+
+def _parse_io(gt: dict) -> Spec:
+    inputs, outputs = gt.get("inputs"), gt.get("outputs")
+    if not isinstance(inputs, list):
+        raise BadGroundTruth(f"'inputs' must be a list, got {type(inputs).__name__}")
+    if not isinstance(outputs, list):
+        raise BadGroundTruth(f"'outputs' must be a list, got {type(outputs).__name__}")
+    if len(inputs) != len(outputs):
+        raise BadGroundTruth(f"'inputs' has {len(inputs)} tests but 'outputs' has {len(outputs)}")
+    if not inputs:
+        raise BadGroundTruth("'inputs' is empty: no tests")
+    fn_name = gt.get("fn_name")
+    if fn_name is None or fn_name == "":
+        return Spec(
+            "stdio",
+            len(inputs),
+            inputs=[_text(x, f"inputs[{i}]") for i, x in enumerate(inputs)],
+            outputs=[_text(x, f"outputs[{i}]") for i, x in enumerate(outputs)],
+        )
+    if not isinstance(fn_name, str) or not fn_name.isidentifier():
+        raise BadGroundTruth(f"'fn_name' must be a Python identifier, got {fn_name!r}")
+    args_list, outs = [], []
+    taco = False
+    for i, (x, y) in enumerate(zip(inputs, outputs)):
+        if isinstance(x, str):
+            try:
+                args = [json.loads(line) for line in x.split("\n") if line.strip()]
+            except ValueError as e:
+                raise BadGroundTruth(f"inputs[{i}] is not newline-separated JSON arguments: {e}")
+        elif isinstance(x, list):
+            args = x
+        else:
+            raise BadGroundTruth(
+                f"inputs[{i}] must be a string of JSON lines or a list of arguments"
+            )
+        if isinstance(y, str):
+            try:
+                out = json.loads(y)
+            except ValueError as e:
+                raise BadGroundTruth(f"outputs[{i}] is not one JSON value: {e}")
+        else:
+            out, taco = y, True
+        args_list.append(args)
+        outs.append(out)
+    return Spec(
+        "call", len(inputs), inputs=args_list, outputs=outs, fn_name=fn_name, taco_outputs=taco
+    )
+
+
+class _AssertRewriter(ast.NodeTransformer):
+    """Turn every ``assert T`` into a call-out to the evaluator's recorder under one id."""
+
+    def __init__(self, fixed_id: int | None = None):
+        self.n = 0
+        self.fixed_id = fixed_id
+
+    def visit_Assert(self, node: ast.Assert):
+        i = self.fixed_id if self.fixed_id is not None else self.n
+        self.n += 1
+        new = ast.parse(
+            f"if __judge__.begin({i}):\n"
+            "    try:\n"
+            "        __judge_ok = bool(__JUDGE_TEST__)\n"
+            "    except __judge__.Control:\n"
+            "        raise\n"
+            "    except BaseException as __judge_exc:\n"
+            f"        __judge__.error({i}, __judge_exc)\n"
+            "    else:\n"
+            f"        __judge__.result({i}, __judge_ok)\n"
+        ).body[0]
+        test = self.visit(node.test)
+
+        class _Fill(ast.NodeTransformer):
+            def visit_Name(self, n):
+                return test if n.id == "__JUDGE_TEST__" else n
+
+        new = _Fill().visit(new)
+        return ast.copy_location(new, node)
+
+
+def _parse_code(src: str, what: str) -> ast.Module:
+    try:
+        return ast.parse(src)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        raise BadGroundTruth(f"{what} does not parse: {type(e).__name__}: {e}")
+
+
+def _unparse(tree: ast.AST, what: str) -> str:
+    """Source of a rewritten tree, checked to parse again (the evaluator compiles it)."""
+    try:
+        src = ast.unparse(tree)
+        ast.parse(src)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        raise BadGroundTruth(
+            f"{what} cannot be rewritten for the evaluator: {type(e).__name__}: {e}"
+        )
+    return src
+
+
+def _parse_asserts(cases: Any) -> Spec:
+    if not isinstance(cases, list) or not cases:
+        raise BadGroundTruth("'assert_case' must be a non-empty list of strings")
+    units = []
+    for k, c in enumerate(cases):
+        if not isinstance(c, str):
+            raise BadGroundTruth(f"assert_case[{k}] must be a string, got {type(c).__name__}")
+        tree = _parse_code(c, f"assert_case[{k}]")
+        rw = _AssertRewriter(fixed_id=k)
+        tree = ast.fix_missing_locations(rw.visit(tree))
+        if rw.n == 0:
+            raise BadGroundTruth(f"assert_case[{k}] contains no assert statement")
+        units.append(_unparse(tree, f"assert_case[{k}]"))
+    return Spec("check", len(cases), units={"kind": "asserts", "cases": units})
+
+
+def _parse_leetcode(gt: dict) -> Spec:
+    prefix = gt.get("import_prefix", "") or ""
+    test_code = gt.get("test_code")
+    entry = gt.get("entry_point")
+    if not isinstance(prefix, str):
+        raise BadGroundTruth(f"'import_prefix' must be a string, got {type(prefix).__name__}")
+    if not isinstance(test_code, str) or not test_code.strip():
+        raise BadGroundTruth("'test_code' must be a non-empty string")
+    if not isinstance(entry, str) or not entry.strip():
+        raise BadGroundTruth("'entry_point' must be a non-empty string")
+    _parse_code(prefix, "import_prefix")
+    try:
+        ast.parse(entry.strip(), mode="eval")
+    except SyntaxError as e:
+        raise BadGroundTruth(f"'entry_point' is not an expression: {e}")
+    tree = _parse_code(test_code, "test_code")
+    has_check = any(isinstance(n, ast.FunctionDef) and n.name == "check" for n in tree.body)
+    # Calls of check(...) at module level are replaced by ours (with the program's entry point).
+    tree.body = [
+        n
+        for n in tree.body
+        if not (
+            isinstance(n, ast.Expr)
+            and isinstance(n.value, ast.Call)
+            and isinstance(n.value.func, ast.Name)
+            and n.value.func.id == "check"
+        )
+    ]
+    rw = _AssertRewriter()
+    tree = ast.fix_missing_locations(rw.visit(tree))
+    if rw.n == 0:
+        raise BadGroundTruth("'test_code' contains no assert statement")
+    if has_check:
+        units = {
+            "kind": "leetcode",
+            "test_code": _unparse(tree, "test_code"),
+            "entry_point": entry.strip(),
+            "call": "check(__judge_candidate__)",
+        }
+    else:  # top-level asserts using `candidate`
+        units = {
+            "kind": "leetcode",
+            "test_code": "",
+            "entry_point": entry.strip(),
+            "call": "candidate = __judge_candidate__\n" + _unparse(tree, "test_code"),
+        }
+    return Spec("check", rw.n, prefix=prefix, units=units)
+
+
+# ---------------------------------------------------------------------------------------------
+# LiveCodeBench comparison rules.
+
+
+def _stripped_lines(s: str) -> list[str]:
+    return [line.strip() for line in s.strip().split("\n")]
+
+
+def _decimals(line: str) -> list[Decimal] | None:
+    try:
+        return [Decimal(tok) for tok in line.split()]
+    except (InvalidOperation, ValueError):
+        return None
+
+
+def outputs_match(got: str, expected: str) -> bool:
+    """LiveCodeBench's stdin/stdout rule: strip the whole output, split into lines, strip each;
+    the line counts must agree; each pair of lines is equal as strings, or else both parse
+    entirely as decimal tokens and the token lists are equal (so ``1.0`` == ``1``)."""
+    a, b = _stripped_lines(got), _stripped_lines(expected)
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x == y:
+            continue
+        dx, dy = _decimals(x), _decimals(y)
+        if dx is None or dy is None:
+            return False
+        try:
+            if dx != dy:
+                return False
+        except InvalidOperation:  # signalling NaN
+            return False
+    return True
+
+
+def values_match(got: Any, expected: Any, taco: bool = False) -> bool:
+    """LiveCodeBench's call-based rule: a returned tuple counts as a list, then ``==``. With
+    TACO-style outputs (JSON values, not strings) ``expected[0]`` is accepted too, as TACO's
+    checker does."""
+    if type(got) is tuple:
+        got = list(got)
+    try:
+        if got == expected:
+            return True
+        if taco and isinstance(expected, list) and len(expected) >= 1 and got == expected[0]:
+            return True
+    except Exception:
+        return False
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# The record stream from the harness.
+
+
+class _Stream:
+    """Parses and authenticates the harness's records as they arrive (see harness.py)."""
+
+    def __init__(self, keys: list[bytes], on_record):
+        self.keys = keys
+        self.buf = bytearray()
+        self.on_record = on_record
+        self.seq = 0
+        self.error = ""
+
+    def feed(self, chunk: bytes) -> bool:
+        if self.error:
+            return False
+        self.buf += chunk
+        while True:
+            if len(self.buf) < 8:
+                return True
+            if self.buf[:4] != H.MAGIC:
+                self.error = "malformed record stream"
+                return False
+            n = int.from_bytes(self.buf[4:8], "big")
+            if n > 1 << 20:
+                self.error = "record header too large"
+                return False
+            if len(self.buf) < 8 + n:
+                return True
+            try:
+                head = json.loads(bytes(self.buf[8 : 8 + n]))
+                sizes = head["blobs"]
+                assert isinstance(sizes, list) and all(isinstance(s, int) and s >= 0 for s in sizes)
+            except Exception:
+                self.error = "malformed record header"
+                return False
+            total = 8 + n + sum(sizes) + H.MAC_BYTES
+            if len(self.buf) < total:
+                return True
+            if self.seq >= len(self.keys):
+                self.error = "more records than keys"
+                return False
+            body = bytes(self.buf[: total - H.MAC_BYTES])
+            tag = bytes(self.buf[total - H.MAC_BYTES : total])
+            want = hmac.new(self.keys[self.seq], body, hashlib.sha256).digest()
+            if not hmac.compare_digest(tag, want) or head.get("seq") != self.seq:
+                self.error = f"record {self.seq} failed authentication"
+                return False
+            blobs, pos = [], 8 + n
+            for s in sizes:
+                blobs.append(bytes(self.buf[pos : pos + s]))
+                pos += s
+            del self.buf[:total]
+            self.seq += 1
+            if self.on_record(head, blobs) is False:
+                return False
+
+
+_RUN_STATUS = {
+    "timeout": Status.TIMEOUT,
+    "memory": Status.MEMORY_LIMIT,
+    "output_limit": Status.OUTPUT_LIMIT,
+    "signal": Status.RUNTIME_ERROR,
+    "died": Status.RUNTIME_ERROR,
+    "error": Status.RUNTIME_ERROR,
+    "failed": Status.INCORRECT,
+}
+
+
+class _Judge:
+    def __init__(self, spec: Spec, stop_on_fail: bool):
+        self.spec = spec
+        self.stop_on_fail = stop_on_fail
+        self.results: dict[int, tuple[Status, str]] = {}
+        self.done = False
+        self.special: Outcome | None = None
+
+    def first_failure(self) -> tuple[int, Status, str] | None:
+        fails = [(i, st, d) for i, (st, d) in self.results.items() if st is not Status.CORRECT]
+        return min(fails, key=lambda f: f[0]) if fails else None
+
+    def on_record(self, head: dict, blobs: list[bytes]) -> bool:
+        t = head.get("type")
+        if t == "done":
+            self.done = True
+            return True
+        if t == "syntax":
+            self.special = Outcome(
+                Status.SYNTAX_ERROR,
+                f"the program does not compile in the sandbox: {head.get('detail', '')}",
+            )
+            return True
+        if t == "setup_error":
+            self.special = Outcome(
+                Status.INVALID_INPUT, f"ground truth test code failed: {head.get('detail', '')}"
+            )
+            return False
+        if t != "test":
+            return True
+        i = head.get("i")
+        if not isinstance(i, int) or not 0 <= i < self.spec.total:
+            return True
+        verdict = self.judge_test(head, blobs)
+        prev = self.results.get(i)
+        if prev is None or (prev[0] is Status.CORRECT and verdict[0] is not Status.CORRECT):
+            self.results[i] = verdict
+        if verdict[0] is not Status.CORRECT and self.stop_on_fail:
+            return False
+        return True
+
+    def judge_test(self, head: dict, blobs: list[bytes]) -> tuple[Status, str]:
+        i = head["i"]
+        status = head.get("status")
+        err = blobs[1] if len(blobs) > 1 else b""
+        where = f"test {i + 1}/{self.spec.total}"
+        if status != "exited":
+            st = _RUN_STATUS.get(status, Status.RUNTIME_ERROR)
+            detail = head.get("detail") or {
+                "timeout": "time limit exceeded",
+                "memory": "memory limit exceeded",
+                "output_limit": "output limit exceeded",
+            }.get(status, "")
+            if status == "signal":
+                detail = f"killed by signal {head.get('signal')}"
+            if not detail and err:
+                detail = _last_line(err)
+            return st, f"{where}: {detail or status}"
+        if self.spec.mode == "check":
+            return Status.CORRECT, ""
+        if head.get("raised") or head.get("exit") not in (0, None):
+            return (
+                Status.RUNTIME_ERROR,
+                f"{where}: {_last_line(err) or 'exit code %s' % head.get('exit')}",
+            )
+        out = blobs[0] if blobs else b""
+        if self.spec.mode == "stdio":
+            got = out.decode("utf-8", errors="replace")
+            if outputs_match(got, self.spec.outputs[i]):
+                return Status.CORRECT, ""
+            return (
+                Status.INCORRECT,
+                f"{where}: wrong answer (expected {_short(self.spec.outputs[i])}, got {_short(got)})",
+            )
+        try:
+            _, value = H.decode_message(json.loads(out))
+        except Exception as e:  # not data we understand: cannot be right
+            return Status.INCORRECT, f"{where}: unreadable return value ({type(e).__name__})"
+        if values_match(value, self.spec.outputs[i], self.spec.taco_outputs):
+            return Status.CORRECT, ""
+        return (
+            Status.INCORRECT,
+            f"{where}: wrong answer (expected {_short(self.spec.outputs[i])}, got {_short(value)})",
+        )
+
+
+def _short(v: Any, n: int = 80) -> str:
+    s = v if isinstance(v, str) else repr(v)
+    s = repr(s) if isinstance(v, str) else s
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def _last_line(err: bytes) -> str:
+    lines = [ln for ln in err.decode("utf-8", errors="replace").strip().splitlines() if ln.strip()]
+    return lines[-1].strip()[:300] if lines else ""
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def item_timeout(limits: Limits, n_tests: int) -> float:
+    """The whole item's deadline: ``limits.timeout_s``, else min(n x test limit + slack, 60 s)."""
+    if limits.timeout_s is not None:
+        return float(limits.timeout_s)
+    tt = limits.test_timeout_s or DEFAULT_TEST_TIMEOUT_S
+    return min(n_tests * tt + ITEM_SLACK_S, MAX_ITEM_TIMEOUT_S)
+
+
+def score_code(response: str, ground_truth: Any, limits: Limits, sandbox: Sandbox) -> Outcome:
+    """Score one code item. See the module docstring."""
+    try:
+        return _score(response, ground_truth, limits or Limits(), sandbox)
+    except Exception as e:  # a bug here must not crash the batch; it is not the program's fault
+        return Outcome(
+            Status.SANDBOX_ERROR, f"internal error while judging: {type(e).__name__}: {e}"
+        )
+
+
+def _score(response: str, ground_truth: Any, limits: Limits, sandbox: Sandbox) -> Outcome:
+    try:
+        spec = parse_ground_truth(ground_truth)
+    except BadGroundTruth as e:
+        return Outcome(Status.INVALID_INPUT, str(e))
+    except RecursionError:
+        return Outcome(Status.INVALID_INPUT, "ground truth nested too deeply")
+    total = spec.total
+    reason = getattr(sandbox, "unavailable_reason", None)
+    if reason:
+        return Outcome(
+            Status.SANDBOX_ERROR, f"code items are refused: no sandbox ({reason})", 0, total
+        )
+    if not isinstance(response, str):
+        return Outcome(Status.INVALID_INPUT, "'response' must be a string", 0, total)
+    answer = after_think(response)
+    if answer is None:
+        return Outcome(Status.NO_ANSWER, "the think block was never closed", 0, total)
+    program = last_code_block(answer)
+    if program is None or not program.strip():
+        return Outcome(Status.NO_ANSWER, "no python code block after the think block", 0, total)
+    if len(program) > MAX_PROGRAM_CHARS:
+        return Outcome(
+            Status.SYNTAX_ERROR, f"program longer than {MAX_PROGRAM_CHARS} characters", 0, total
+        )
+    try:
+        compile(program, "solution.py", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as e:
+        return Outcome(Status.SYNTAX_ERROR, f"{type(e).__name__}: {e}"[:500], 0, total)
+
+    tt = float(limits.test_timeout_s or DEFAULT_TEST_TIMEOUT_S)
+    memory_mb = int(limits.memory_mb or DEFAULT_MEMORY_MB)
+    timeout = item_timeout(limits, total)
+    stop_on_fail = not limits.run_all_tests
+    oom_is_memory = getattr(sandbox, "cgroup_mode", "off") != "off" or sandbox.name == "docker"
+    cfg = {
+        "mode": spec.mode,
+        "source": program,
+        "prefix": spec.prefix,
+        "test_timeout": tt,
+        "memory_mb": memory_mb,
+        "output_bytes": PROGRAM_OUTPUT_BYTES,
+        "stop_on_fail": stop_on_fail,
+        "oom_is_memory": oom_is_memory,
+        "budget_s": max(0.5, timeout - 0.5),
+        "n_units": total,
+    }
+    if spec.mode == "stdio":
+        cfg["inputs"] = spec.inputs
+    elif spec.mode == "call":
+        cfg["inputs"] = spec.inputs
+        cfg["fn_name"] = spec.fn_name
+    else:
+        cfg["units"] = spec.units
+    try:
+        # Judge -> harness is the trusted direction: marshal (cheap to load in the sandbox).
+        payload = marshal.dumps(cfg, 4)
+    except (ValueError, TypeError, RecursionError) as e:
+        return Outcome(
+            Status.INVALID_INPUT, f"ground truth cannot be sent to the sandbox: {e}", 0, total
+        )
+    raw = secrets.token_bytes(H.KEY_BYTES * (3 * total + 16))
+    keys = [raw[i : i + H.KEY_BYTES] for i in range(0, len(raw), H.KEY_BYTES)]
+    stdin = len(payload).to_bytes(8, "big") + payload + b"".join(keys)
+
+    judge = _Judge(spec, stop_on_fail)
+    stream = _Stream(keys, judge.on_record)
+    sb_limits = SandboxLimits(
+        wall_s=timeout,
+        cpu_s=timeout + 1,
+        memory_mb=memory_mb,
+        output_bytes=total * (PROGRAM_OUTPUT_BYTES + H.ERR_TAIL + 4096) + (1 << 20),
+    )
+    try:
+        files, entry = _harness_files(sandbox)
+        argv = [sandbox.python, *PYTHON_FLAGS, entry]
+        run = sandbox.run(argv, stdin=stdin, files=files, limits=sb_limits, on_stdout=stream.feed)
+    except Exception as e:
+        return Outcome(
+            Status.SANDBOX_ERROR,
+            f"sandbox {sandbox.name} failed: {type(e).__name__}: {e}",
+            0,
+            total,
+        )
+    return _verdict(spec, judge, stream, run, timeout)
+
+
+def _verdict(spec: Spec, judge: _Judge, stream: _Stream, run: RunResult, timeout: float) -> Outcome:
+    total = spec.total
+    passed_ids = [i for i, (st, _) in judge.results.items() if st is Status.CORRECT]
+    fail = judge.first_failure()
+    if judge.stop_on_fail and fail is not None:
+        passed = sum(1 for i in passed_ids if i < fail[0])
+    else:
+        passed = len(passed_ids)
+    if stream.error:
+        return Outcome(Status.SANDBOX_ERROR, f"verdict stream rejected: {stream.error}", 0, total)
+    if judge.special is not None:
+        o = judge.special
+        return Outcome(o.status, o.detail, 0, total)
+    if fail is not None:
+        return Outcome(fail[1], fail[2], passed, total)
+    if run.status == "error":
+        return Outcome(Status.SANDBOX_ERROR, f"sandbox {run.detail}".strip(), passed, total)
+    if judge.done and len(passed_ids) == total:
+        return Outcome(Status.CORRECT, f"passed {total}/{total} tests", total, total)
+    # The stream ended early without a failed test: the sandbox's own limits stopped it.
+    if run.status == "timeout":
+        return Outcome(
+            Status.TIMEOUT,
+            f"item time limit ({timeout:g} s) exceeded after {len(passed_ids)} tests",
+            passed,
+            total,
+        )
+    if run.status == "memory":
+        return Outcome(Status.MEMORY_LIMIT, "memory limit exceeded", passed, total)
+    if run.status == "output_limit":
+        return Outcome(Status.OUTPUT_LIMIT, "output limit exceeded", passed, total)
+    err = run.stderr.decode("utf-8", errors="replace")
+    if "Traceback" in err:  # only the harness and the evaluator write the sandbox's stderr
+        return Outcome(
+            Status.SANDBOX_ERROR,
+            f"judge harness failed: {err.strip().splitlines()[-1][:300]}",
+            passed,
+            total,
+        )
+    if judge.done:
+        missing = [i for i in range(total) if i not in judge.results]
+        return Outcome(
+            Status.RUNTIME_ERROR, f"tests {missing[:5]} produced no result", passed, total
+        )
+    return Outcome(
+        Status.RUNTIME_ERROR,
+        f"the judge harness ended without a verdict ({run.status}, exit {run.exit_code}, signal {run.signal})",
+        passed,
+        total,
+    )
