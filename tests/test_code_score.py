@@ -535,3 +535,15 @@ def test_unavailable_sandbox_refuses_code_items():
     assert (
         o.status is Status.SANDBOX_ERROR and "nsjail binary not found" in o.detail and o.total == 3
     )
+
+
+def test_module_level_exception_is_compile_error(nsjail_sandbox):
+    """Function formats: a program whose module-level code raises before any test can call
+    it gets COMPILE_ERROR (LiveCodeBench's "compilation error"), not a per-test failure."""
+    code = "import no_such_module_xyz\ndef f(x):\n    return x * x"
+    for gt in ({"inputs": ["5"], "outputs": ["25"], "fn_name": "f"},
+               {"assert_case": ["assert f(5) == 25"]}):
+        o = score(nsjail_sandbox, code, gt)
+        assert o.status is Status.COMPILE_ERROR, o
+        assert "failed to load" in o.detail and "no_such_module_xyz" in o.detail
+        assert (o.passed, o.total) == (0, 1)

@@ -299,7 +299,8 @@ def test_exit_before_tests_run(after_attack):
         "import sys\nsys.exit(0)\ndef f(x):\n    return x * x",
         gt={"inputs": ["5"], "outputs": ["25"], "fn_name": "f"},
     )
-    assert o.status is Status.RUNTIME_ERROR
+    # exiting while the module loads, before any call: LiveCodeBench's "compilation error"
+    assert o.status is Status.COMPILE_ERROR and "failed to load" in o.detail
     o = attack(
         after_attack,
         "import os\nos._exit(0)\ndef f(x):\n    return x * x",

@@ -253,3 +253,20 @@ def test_check_cli_embedded_and_remote(server, tmp_path) -> None:
         assert rows[2]["status"] == "INVALID_INPUT" and "line 3" in rows[2]["detail"]
         assert rows[4]["status"] == "INVALID_INPUT" and "domain" in rows[4]["detail"]
         assert [rows[i]["status"] for i in (0, 1, 3)] == ["INCORRECT", "CORRECT", "CORRECT"]
+
+
+def test_client_turns_unsendable_items_into_results_not_errors(server) -> None:
+    """An item the client cannot even encode (a non-string response, a ground truth that is
+    not JSON) gets its own INVALID_INPUT result; the rest of the call goes through."""
+    _, addr = server
+    items = [math_item("ok1", r"\boxed{1}", "1"),
+             {"id": "badresp", "domain": "math", "response": 42, "ground_truth": "1"},
+             {"id": "badgt", "domain": "math", "response": "x", "ground_truth": {1, 2}},
+             math_item("ok2", r"\boxed{2}", "2")]
+    with VerifierClient(addr) as client:
+        batch = client.score(items)
+        streamed = {r.id: r for r in client.stream(items)}
+    assert [r.status for r in batch] == [Status.CORRECT, Status.INVALID_INPUT,
+                                         Status.INVALID_INPUT, Status.CORRECT]
+    assert "must be strings" in batch[1].detail and "not JSON" in batch[2].detail
+    assert {k: v.status for k, v in streamed.items()} == {r.id: r.status for r in batch}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import random
 import threading
 import time
@@ -24,7 +25,7 @@ from typing import Any, AsyncIterable, AsyncIterator, Iterable, Iterator, Sequen
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from verifier.convert import item_to_proto, result_from_proto
+from verifier.convert import encode_item, result_from_proto
 from verifier.items import Item, Result, VerifierError
 from verifier.proto import verifier_pb2 as pb
 from verifier.proto import verifier_pb2_grpc as pb_grpc
@@ -61,8 +62,23 @@ def _channel_options(cfg: ClientConfig) -> list[tuple[str, Any]]:
     return [("grpc.max_receive_message_length", n), ("grpc.max_send_message_length", n)]
 
 
-def _to_protos(items: Iterable[Item | dict[str, Any]]) -> list[pb.Item]:
-    return [item_to_proto(it) for it in items]
+def _encode_all(items: Iterable[Item | dict[str, Any]]) -> list[pb.Item | Result]:
+    """Wire messages, with a local INVALID_INPUT Result in place of each item that cannot be
+    sent (one bad item never fails the call)."""
+    return [encode_item(it) for it in items]
+
+
+def _merge(encoded: list[pb.Item | Result], answered: Iterator[Result]) -> list[Result]:
+    """Results in input order: local results where they were, server results elsewhere."""
+    return [next(answered) if isinstance(e, pb.Item) else e for e in encoded]
+
+
+def _drain(local: "queue.SimpleQueue[Result]") -> Iterator[Result]:
+    while True:
+        try:
+            yield local.get_nowait()
+        except queue.Empty:
+            return
 
 
 class _Pending:
@@ -139,19 +155,21 @@ class VerifierClient:
 
     def score(self, items: Iterable[Item | dict[str, Any]]) -> list[Result]:
         """Score items in batches; results in input order."""
-        protos = _to_protos(items)
-        results: list[Result] = []
+        encoded = _encode_all(items)
+        protos = [e for e in encoded if isinstance(e, pb.Item)]
+        answered: list[Result] = []
         for i in range(0, len(protos), self.config.batch_size):
             req = pb.ScoreRequest(items=protos[i : i + self.config.batch_size])
             resp = self._call_with_retry(self._stub.Score, req)
-            results.extend(result_from_proto(r) for r in resp.results)
-        return results
+            answered.extend(result_from_proto(r) for r in resp.results)
+        return _merge(encoded, iter(answered))
 
     def stream(self, items: Iterable[Item | dict[str, Any]]) -> Iterator[Result]:
         """Stream items; yield results as they finish (completion order). Item ids must be
         unique within the call. On a broken stream the unanswered items are re-sent."""
         source = iter(items)
         pending = _Pending()
+        local: queue.SimpleQueue[Result] = queue.SimpleQueue()  # items that cannot be sent
         source_done = threading.Event()
         source_lock = threading.Lock()
 
@@ -169,7 +187,10 @@ class VerifierClient:
                     if nxt is None:
                         source_done.set()
                         return
-                    msg = item_to_proto(nxt)
+                    msg = encode_item(nxt)
+                    if isinstance(msg, Result):
+                        local.put(msg)
+                        continue
                     pending.add(msg)
                 yield msg
 
@@ -181,9 +202,11 @@ class VerifierClient:
                                           wait_for_ready=True)
             try:
                 for msg in call:
+                    yield from _drain(local)
                     if pending.answer(msg.id):
                         attempt = 0  # progress: reset the retry budget
                         yield result_from_proto(msg)
+                yield from _drain(local)
                 if source_done.is_set() and len(pending) == 0:
                     return
                 # The server closed the stream early without an error: re-send what is left.
@@ -236,8 +259,9 @@ class AsyncVerifierClient:
         return resp.status == health_pb2.HealthCheckResponse.SERVING
 
     async def score(self, items: Iterable[Item | dict[str, Any]]) -> list[Result]:
-        protos = _to_protos(items)
-        results: list[Result] = []
+        encoded = _encode_all(items)
+        protos = [e for e in encoded if isinstance(e, pb.Item)]
+        answered: list[Result] = []
         for i in range(0, len(protos), self.config.batch_size):
             req = pb.ScoreRequest(items=protos[i : i + self.config.batch_size])
             attempt = 0
@@ -251,8 +275,8 @@ class AsyncVerifierClient:
                         raise
                     await asyncio.sleep(_backoff(attempt, self.config))
                     attempt += 1
-            results.extend(result_from_proto(r) for r in resp.results)
-        return results
+            answered.extend(result_from_proto(r) for r in resp.results)
+        return _merge(encoded, iter(answered))
 
     async def stream(
         self, items: Iterable[Item | dict[str, Any]] | AsyncIterable[Item | dict[str, Any]]
@@ -263,13 +287,17 @@ class AsyncVerifierClient:
         else:
             source = _aiter_sync(items)  # type: ignore[arg-type]
         pending = _Pending()
+        local: queue.SimpleQueue[Result] = queue.SimpleQueue()
         state = {"source_done": False}
 
         async def requests(resend: Sequence[pb.Item]) -> AsyncIterator[pb.Item]:
             for m in resend:
                 yield m
             async for nxt in source:
-                msg = item_to_proto(nxt)
+                msg = encode_item(nxt)
+                if isinstance(msg, Result):
+                    local.put(msg)
+                    continue
                 pending.add(msg)
                 yield msg
             state["source_done"] = True
@@ -281,9 +309,13 @@ class AsyncVerifierClient:
                                           wait_for_ready=True)
             try:
                 async for msg in call:
+                    for r in _drain(local):
+                        yield r
                     if pending.answer(msg.id):
                         attempt = 0
                         yield result_from_proto(msg)
+                for r in _drain(local):
+                    yield r
                 if state["source_done"] and len(pending) == 0:
                     return
                 err_code = grpc.StatusCode.UNAVAILABLE

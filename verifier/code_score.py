@@ -452,6 +452,7 @@ _RUN_STATUS = {
     "signal": Status.RUNTIME_ERROR,
     "died": Status.RUNTIME_ERROR,
     "error": Status.RUNTIME_ERROR,
+    "load_error": Status.COMPILE_ERROR,
     "failed": Status.INCORRECT,
 }
 
@@ -511,6 +512,8 @@ class _Judge:
             }.get(status, "")
             if status == "signal":
                 detail = f"killed by signal {head.get('signal')}"
+            if status == "load_error":
+                detail = f"the program failed to load: {detail}"
             if not detail and err:
                 detail = _last_line(err)
             return st, f"{where}: {detail or status}"

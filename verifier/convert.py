@@ -18,7 +18,7 @@ from verifier.items import (
     Status,
     VerifierError,
     invalid,
-    item_from_dict,
+    limits_from_dict,
 )
 from verifier.proto import verifier_pb2 as pb
 
@@ -74,21 +74,53 @@ def item_from_proto(msg: pb.Item) -> Item | tuple[str, Outcome]:
 
 
 def item_to_proto(item: Item | dict[str, Any]) -> pb.Item:
-    """Client side. Accepts an Item or a dict in the JSONL item format (DESIGN.md 3.1);
-    a malformed dict raises VerifierError("invalid_argument") naming the problem."""
+    """Client side. Accepts an Item or a dict in the JSONL item format (DESIGN.md 3.1).
+    Raises VerifierError("invalid_argument") naming the problem when the item cannot be put on
+    the wire at all (a non-string response, a ground truth that is not JSON, bad limits).
+    Domain and ground-truth checks are the server's: they come back as INVALID_INPUT."""
     if isinstance(item, dict):
-        parsed = item_from_dict(item)
-        if isinstance(parsed, tuple):
-            raise VerifierError(f"item {parsed[0]!r}: {parsed[1].detail}", "invalid_argument")
-        item = parsed
+        item = _wire_item(item)
+    if not isinstance(item.response, str) or not isinstance(item.domain, str):
+        raise VerifierError(f"item {item.id!r}: 'domain' and 'response' must be strings",
+                            "invalid_argument")
+    try:
+        gt_json = json.dumps(item.ground_truth)
+    except (TypeError, ValueError) as e:
+        raise VerifierError(f"item {item.id!r}: ground_truth is not JSON: {e}",
+                            "invalid_argument") from None
     return pb.Item(
         id=item.id,
         domain=item.domain,
         response=item.response,
-        ground_truth_json=json.dumps(item.ground_truth),
+        ground_truth_json=gt_json,
         data_source=item.data_source,
         limits=limits_to_proto(item.limits),
     )
+
+
+def _wire_item(obj: dict[str, Any]) -> Item:
+    item_id = obj.get("id", "")
+    if not isinstance(item_id, (str, int)) or isinstance(item_id, bool):
+        raise VerifierError(f"item id {item_id!r} must be a string", "invalid_argument")
+    data_source = obj.get("data_source") or ""
+    if not isinstance(data_source, str):
+        raise VerifierError(f"item {item_id!r}: 'data_source' must be a string", "invalid_argument")
+    try:
+        limits = limits_from_dict(obj.get("limits") or {})
+    except VerifierError as e:
+        raise VerifierError(f"item {item_id!r}: {e}", "invalid_argument") from None
+    return Item(id=str(item_id), domain=obj.get("domain"), response=obj.get("response"),  # type: ignore[arg-type]
+                ground_truth=obj.get("ground_truth"), data_source=data_source, limits=limits)
+
+
+def encode_item(item: Item | dict[str, Any]) -> pb.Item | Result:
+    """Like item_to_proto, but an item that cannot be sent becomes its own INVALID_INPUT
+    Result (so one bad item never fails a whole client call)."""
+    try:
+        return item_to_proto(item)
+    except VerifierError as e:
+        item_id = item.get("id", "") if isinstance(item, dict) else item.id
+        return Result.from_outcome(str(item_id), invalid(str(e)), Limits(), 0.0)
 
 
 def result_to_proto(result: Result) -> pb.Result:

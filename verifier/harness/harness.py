@@ -1055,8 +1055,11 @@ def run_call(cfg, code, rep):
             ready = _wait_msg(prog, deadline)
             if isinstance(ready, dict) and ready.get("fatal"):
                 rec = _program_failure(prog, cfg, "exited", cpu_limit)
+                # A program whose module-level code fails before any test can call it is
+                # LiveCodeBench's "compilation error" (the judge reports COMPILE_ERROR).
                 rec.update(
-                    status="memory" if ready.get("memory") else "error", detail=ready["fatal"]
+                    status="memory" if ready.get("memory") else "load_error",
+                    detail=ready["fatal"],
                 )
             elif not isinstance(ready, dict):
                 rec = _program_failure(prog, cfg, ready, cpu_limit)
@@ -1430,8 +1433,11 @@ def run_check(cfg, code, prefix_code, rep):
                 if ready.get("phase") == "prefix":
                     rep.emit({"type": "setup_error", "detail": ready["fatal"]})
                     return
+                # A program whose module-level code fails before any test can call it is
+                # LiveCodeBench's "compilation error" (the judge reports COMPILE_ERROR).
                 rec.update(
-                    status="memory" if ready.get("memory") else "error", detail=ready["fatal"]
+                    status="memory" if ready.get("memory") else "load_error",
+                    detail=ready["fatal"],
                 )
             else:
                 rec = _program_failure(prog, cfg, ready, cfg["_budget"] + 1)
