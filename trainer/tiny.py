@@ -1,0 +1,85 @@
+"""A tiny Qwen2-architecture model and a character-level tokenizer, built from nothing.
+
+No weights or tokenizers can be downloaded here (DESIGN.md 7), so tests and the CPU demo build
+their model from a config and their tokenizer with the ``tokenizers`` library, then save both in
+Hugging Face format to a directory that ``transformers`` and vLLM load like any checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+
+PAD, EOS, UNK = "<|endoftext|>", "<|im_end|>", "<unk>"
+IM_START = "<|im_start|>"
+# Multi-character tokens first: the pre-tokenizer matches them before single characters.
+WORDS = ["\\boxed", "<think>", "</think>", "user", "assistant", "system"]
+CHARS = list(string.digits + string.ascii_letters + " +-*/=()?,.:;!{}[]<>\n_'\"\\^$%")
+
+# Qwen-style chat template (Jinja), so prompts go through tokenizer.apply_chat_template.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def build_tokenizer():
+    """A character-level fast tokenizer with a chat template (PreTrainedTokenizerFast)."""
+    import re
+
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = [PAD, IM_START, EOS, UNK]
+    vocab = {tok: i for i, tok in enumerate(specials + WORDS + CHARS)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    pattern = "|".join(re.escape(w) for w in WORDS) + "|."
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK,
+        additional_special_tokens=[IM_START],
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_model(vocab_size: int, *, hidden_size: int = 64, layers: int = 2, heads: int = 4,
+                kv_heads: int = 2, intermediate_size: int = 256, max_positions: int = 512,
+                seed: int = 0, eos_token_id: int | None = None, pad_token_id: int | None = None):
+    """A randomly initialised Qwen2ForCausalLM (float32)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+        max_position_embeddings=max_positions, tie_word_embeddings=True,
+        eos_token_id=eos_token_id, pad_token_id=pad_token_id, bos_token_id=None,
+        torch_dtype="float32",
+    )
+    return Qwen2ForCausalLM(config)
+
+
+def save_tiny(path: str | Path, **model_kwargs) -> Path:
+    """Build the tokenizer and a tiny model and save both to ``path`` (HF format)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer()
+    model = build_model(
+        len(tokenizer), eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        **model_kwargs,
+    )
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    # Declare the generic class: AutoTokenizer would otherwise rebuild a Qwen2 tokenizer from
+    # the model's architecture (trainer.hf_utils.load_tokenizer honours this).
+    cfg = path / "tokenizer_config.json"
+    data = json.loads(cfg.read_text())
+    data["tokenizer_class"] = "PreTrainedTokenizerFast"
+    cfg.write_text(json.dumps(data, indent=2))
+    return path
