@@ -1,0 +1,364 @@
+"""TorchBackend and the shared forward/update code (trainer/backends), on a real tiny Qwen2.
+
+Exactness checks use an eps-dominated AdamW (``tests.ds_worker.LINEAR``: the first step is
+plain SGD with step size 1), so the weight change IS the gradient and any error in the loss
+scale or the token-mean denominator shows up in the weights; with the usual eps, Adam's first
+step is ``lr * sign(g)`` and would hide scale errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.ds_worker import LINEAR, make_batch
+from trainer import magic
+from trainer.backends import BackendConfig, check_model_path, create_backend
+from trainer.backends.common import UPDATE_METRIC_KEYS, target_logprobs, token_stats
+from trainer.backends.torch_backend import TorchBackend
+from trainer.hf_utils import CheckpointError
+from trainer.interfaces import Completion, LossSettings, TokenBatch, UpdatePlan
+from trainer.tiny import save_tiny
+
+pytestmark = pytest.mark.timeout(120)
+
+ADAM = BackendConfig(lr=1e-3)  # real Adam (eps 1e-8): optimizer state matters on resume
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """The tiny model gains nothing from intra-op threads, and on a busy 2-core machine
+    OpenMP threads contending with other processes make each matmul ~100x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return save_tiny(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_batch()
+
+
+def weights(backend) -> dict[str, torch.Tensor]:
+    return {n: t.detach().clone() for n, t in backend.named_weights()}
+
+
+def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def whole(batch: TokenBatch, mbs: int = 4) -> UpdatePlan:
+    return UpdatePlan([torch.arange(len(batch))], micro_batch_size=mbs)
+
+
+def run_update(model_dir, data, *, config=LINEAR, mbs=4, loss=None, adv=None, plan=None):
+    loss = loss or LossSettings()
+    backend = TorchBackend(config, model_dir)
+    batch, offset, advantages = data
+    old = backend.logprobs(batch, 4) + offset
+    before = weights(backend)
+    metrics = backend.update(batch, old, advantages if adv is None else adv,
+                             plan or whole(batch, mbs), loss)
+    return backend, before, weights(backend), metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# Config and construction
+# ---------------------------------------------------------------------------------------------
+
+def test_config_defaults_are_the_released_optimizer():
+    cfg = BackendConfig()
+    assert (cfg.kind, cfg.zero_stage, cfg.lr, cfg.betas, cfg.weight_decay, cfg.grad_clip) == (
+        "torch", 0, 1e-6, (0.9, 0.999), 0.01, 1.0)
+    for f in dataclasses.fields(cfg):
+        assert f.metadata["help"], f.name
+
+
+@pytest.mark.parametrize("kwargs, rule", [
+    ({"zero_stage": 2}, "needs kind='deepspeed'"),
+    ({"kind": "jax"}, "kind must be one of"),
+    ({"kind": "deepspeed", "zero_stage": 4}, "zero_stage must be one of"),
+    ({"lr": 0.0}, "lr must be"),
+    ({"betas": (0.9, 1.0)}, "betas must be"),
+    ({"weight_decay": -1.0}, "weight_decay must be"),
+    ({"lr": 10.0, "weight_decay": 0.5}, "lr \\* weight_decay must be < 1"),
+    ({"grad_clip": -1.0}, "grad_clip must be"),
+    ({"dtype": "float16"}, "dtype must be one of"),
+    ({"entropy_chunk_size": 0}, "entropy_chunk_size must be"),
+])
+def test_config_rules(kwargs, rule):
+    with pytest.raises(ValueError, match=rule):
+        BackendConfig(**kwargs)
+
+
+@pytest.mark.parametrize("kind", ["torch", "deepspeed"])
+def test_missing_model_path_is_a_clear_error(tmp_path, kind):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        create_backend(BackendConfig(kind=kind), tmp_path / "no-such-model")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="no config.json"):
+        check_model_path(tmp_path / "empty")
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward pass
+# ---------------------------------------------------------------------------------------------
+
+def test_logprobs_match_a_direct_log_softmax(model_dir, data):
+    from transformers import AutoModelForCausalLM
+
+    batch = data[0]
+    backend = create_backend(BackendConfig(), model_dir)
+    got = backend.logprobs(batch, micro_batch_size=3)  # [B, L-1]
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    with torch.no_grad():
+        logp = model(input_ids=batch.input_ids,
+                     attention_mask=batch.attention_mask).logits.log_softmax(-1)  # [B, L, V]
+    want = logp[:, :-1].gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)  # [B, L-1]
+    real = batch.attention_mask[:, 1:].bool()  # targets that are real tokens
+    assert got.shape == want.shape and got.dtype == torch.float32
+    torch.testing.assert_close(got[real], want[real], atol=1e-5, rtol=0)
+    assert bool((got[~real] == 0).all())  # padding positions hold 0
+
+
+def test_target_logprobs_chunked_equals_log_softmax_in_bf16_with_grad():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 5, 7, generator=g).to(torch.bfloat16).requires_grad_()
+    targets = torch.randint(0, 7, (2, 5), generator=g)
+    got = target_logprobs(logits, targets, chunk_size=3)  # checkpointed chunks
+    want = logits.float().log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+    (g1,) = torch.autograd.grad(got.sum(), logits)
+    (g2,) = torch.autograd.grad(want.sum(), logits)
+    torch.testing.assert_close(g1.float(), g2.float())
+
+
+def test_dropout_is_disabled_for_the_ratio():
+    from trainer.backends.common import disable_dropout
+
+    class Attn(torch.nn.Module):
+        attention_dropout = 0.1
+
+    model = torch.nn.Sequential(torch.nn.Dropout(0.3), Attn())
+    disable_dropout(model)
+    assert model[0].p == 0.0 and model[1].attention_dropout == 0.0
+
+
+def test_on_policy_update_starts_at_ratio_one(model_dir, data):
+    batch, _, adv = data
+    backend = TorchBackend(LINEAR, model_dir)
+    m = backend.update(batch, backend.logprobs(batch, 4), adv, whole(batch), LossSettings())
+    assert m["losses/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    assert m["losses/clipfrac"] == 0.0 and m["losses/approx_kl"] == pytest.approx(0, abs=1e-9)
+
+
+def test_response_mask_aligns_with_response_tokens():
+    comps = [Completion(0, 0, [5, 6, 7], [8, 9], "", False),
+             Completion(0, 1, [5], [10, 11, 12, 2], "", False)]
+    batch = TokenBatch.from_completions(comps, pad_id=0)
+    targets = batch.input_ids[:, 1:]  # [B, L-1]
+    for i, c in enumerate(comps):
+        assert targets[i][batch.response_mask[i]].tolist() == c.token_ids
+        assert batch.response_mask[i].nonzero().flatten().tolist() == list(
+            range(len(c.prompt_ids) - 1, len(c.prompt_ids) - 1 + len(c.token_ids)))
+
+
+def test_prompt_and_padding_positions_do_not_enter_the_loss(model_dir, data):
+    batch, offset, adv = data
+    _, _, w_ref, m_ref = run_update(model_dir, data)
+    # garbage old log-probs wherever the target is not a response token: same update
+    garbage = torch.where(batch.response_mask, offset, torch.full_like(offset, 50.0))
+    _, _, w_gar, _ = run_update(model_dir, (batch, garbage, adv))
+    assert max_diff(w_ref, w_gar) == 0.0
+    assert m_ref["losses/num_tokens"] == int(batch.response_mask.sum())
+
+
+# ---------------------------------------------------------------------------------------------
+# The update
+# ---------------------------------------------------------------------------------------------
+
+def test_positive_advantage_raises_the_sequence_logprob(model_dir, data):
+    batch = data[0].select(torch.tensor([1]))
+    backend = TorchBackend(ADAM, model_dir)
+    old = backend.logprobs(batch, 1)
+    backend.update(batch, old, torch.tensor([1.0]), whole(batch), LossSettings())
+    new = backend.logprobs(batch, 1)
+    mask = batch.response_mask
+    assert float(new[mask].sum()) > float(old[mask].sum()) + 1e-3
+
+
+def test_micro_batch_size_does_not_change_the_update(model_dir, data):
+    """DESIGN.md 4: the mini-batch gradient must not depend on its split into micro-batches
+    (every micro-batch divides by the mini-batch's global token count)."""
+    loss = LossSettings(clip_high=0.28, entropy_coef=0.01)
+    _, before, w1, m1 = run_update(model_dir, data, mbs=1, loss=loss)
+    _, _, w4, m4 = run_update(model_dir, data, mbs=4, loss=loss)
+    _, _, w8, _ = run_update(model_dir, data, mbs=8, loss=loss)
+    assert max_diff(w1, before) > 1e-2  # the update is large: equality below means something
+    assert max_diff(w1, w4) < 1e-6 and max_diff(w4, w8) < 1e-6
+    assert m1["grad_norm"] == pytest.approx(m4["grad_norm"], rel=1e-5)
+    for key in ("losses/policy", "losses/clipfrac", "entropy", "losses/num_tokens"):
+        assert m1[key] == pytest.approx(m4[key], rel=1e-5, abs=1e-7), key
+
+
+def test_metrics_keys_and_entropy_is_the_masked_token_entropy(model_dir, data):
+    from transformers import AutoModelForCausalLM
+
+    batch = data[0]
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    h = magic.token_entropy(logits[:, :-1])  # [B, L-1] at the pre-update weights
+    want = float(magic.masked_mean(h, batch.response_mask))
+    _, _, _, metrics = run_update(model_dir, data, mbs=3)  # one mini-batch: pre-step forward
+    assert set(UPDATE_METRIC_KEYS) <= metrics.keys()
+    assert metrics["entropy"] == pytest.approx(want, abs=1e-5)
+    assert metrics["losses/entropy_bonus"] == 0.0  # coefficient 0
+    assert metrics["lr"] == LINEAR.lr and metrics["optimizer_steps"] == 1
+
+
+def test_entropy_coefficient_changes_the_gradient_and_raises_entropy(model_dir, data):
+    batch = data[0]
+    zero = torch.zeros(len(batch))
+    _, before, w0, _ = run_update(model_dir, data, adv=zero)
+    backend, _, wc, m = run_update(model_dir, data, adv=zero,
+                                   loss=LossSettings(entropy_coef=0.5))
+    assert max_diff(w0, before) == 0.0  # LINEAR has no weight decay: zero advantage, no change
+    assert max_diff(wc, before) > 1e-3  # -c*H alone moves the weights ...
+    assert m["losses/entropy_bonus"] == pytest.approx(-0.5 * m["entropy"])
+    after = run_update_entropy(backend, batch)
+    assert after > m["entropy"]  # ... towards higher entropy
+
+
+def run_update_entropy(backend, batch) -> float:
+    ids, attn = batch.input_ids, batch.attention_mask
+    with torch.no_grad():
+        _, h = token_stats(backend._forward_logits, ids, attn, entropy="detached")
+    return float(magic.masked_mean(h, batch.response_mask))
+
+
+def test_grad_clipping_scales_the_step_and_grad_norm_is_pre_clip(model_dir, data):
+    _, before, w_free, m_free = run_update(model_dir, data)
+    clip = 0.1
+    _, _, w_clip, m_clip = run_update(model_dir, data,
+                                      config=dataclasses.replace(LINEAR, grad_clip=clip))
+    norm = m_free["grad_norm"]
+    assert norm > clip  # clipping is active
+    assert m_clip["grad_norm"] == pytest.approx(norm, rel=1e-6)  # reported before clipping
+    scale = clip / (norm + 1e-6)
+    for k in before:  # linear regime: the step is the clipped gradient
+        torch.testing.assert_close(w_clip[k] - before[k], scale * (w_free[k] - before[k]),
+                                   atol=1e-6, rtol=1e-3)
+
+
+def test_zero_advantages_only_apply_weight_decay(model_dir, data):
+    """All-zero advantages and no entropy term: every gradient is exactly 0, so AdamW's moments
+    stay 0 and its Adam step is 0/(0+eps) = 0; what remains is the decoupled weight decay,
+    p <- p * (1 - lr * wd), on every parameter. We assert exactly that (to float rounding)."""
+    cfg = BackendConfig(lr=1e-2, weight_decay=0.1)
+    zero = torch.zeros(len(data[0]))
+    _, before, after, m = run_update(model_dir, data, config=cfg, adv=zero)
+    assert m["grad_norm"] == 0.0
+    for k in before:
+        torch.testing.assert_close(after[k], before[k] * (1 - cfg.lr * cfg.weight_decay),
+                                   atol=1e-9, rtol=1e-6)
+
+
+def test_two_minibatches_are_two_sequential_steps(model_dir, data):
+    batch, offset, adv = data
+    plan = UpdatePlan([torch.tensor([0, 2, 4, 6]), torch.tensor([1, 3, 5, 7])], 2)
+    a = TorchBackend(ADAM, model_dir)
+    old = a.logprobs(batch, 4) + offset
+    m = a.update(batch, old, adv, plan, LossSettings())
+    b = TorchBackend(ADAM, model_dir)
+    for rows in plan.minibatches:
+        b.update(batch, old, adv, UpdatePlan([rows], 2), LossSettings())
+    assert m["optimizer_steps"] == 2
+    assert max_diff(weights(a), weights(b)) == 0.0
+
+
+def test_save_load_restores_weights_and_optimizer_exactly(model_dir, data, tmp_path):
+    batch, offset, adv = data
+    plan, loss = whole(batch), LossSettings(entropy_coef=0.002)
+    a = TorchBackend(ADAM, model_dir)
+    old = a.logprobs(batch, 4) + offset
+    a.update(batch, old, adv, plan, loss)
+    a.save(tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "model.safetensors").is_file()
+    assert (tmp_path / "ckpt" / "optimizer.pt").is_file()
+
+    b = TorchBackend(ADAM, model_dir)  # fresh: initial weights, empty optimizer
+    b.load(tmp_path / "ckpt")
+    assert torch.equal(a.logprobs(batch, 4), b.logprobs(batch, 4))
+    ma = a.update(batch, old, adv, plan, loss)
+    mb = b.update(batch, old, adv, plan, loss)
+    assert max_diff(weights(a), weights(b)) == 0.0  # the NEXT update is identical
+    assert ma == mb
+    # The optimizer state matters: weights alone (fresh Adam moments) step differently.
+    c = TorchBackend(ADAM, tmp_path / "ckpt")
+    c.update(batch, old, adv, plan, loss)
+    assert max_diff(weights(a), weights(c)) > 1e-5
+
+
+def test_saved_checkpoint_loads_in_transformers(model_dir, data, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    backend, _, after, _ = run_update(model_dir, data)
+    backend.save(tmp_path / "hf")
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), dtype=torch.float32)
+    loaded = dict(model.named_parameters())
+    assert max_diff(after, {k: loaded[k].detach() for k in after}) == 0.0
+
+
+def test_load_rejects_a_checkpoint_without_optimizer_state(model_dir):
+    backend = TorchBackend(BackendConfig(), model_dir)
+    with pytest.raises(CheckpointError, match="optimizer.pt"):
+        backend.load(model_dir)
+
+
+def test_gradient_checkpointing_gives_the_same_update(model_dir, data):
+    _, _, w_plain, _ = run_update(model_dir, data)
+    _, _, w_ckpt, _ = run_update(
+        model_dir, data, config=dataclasses.replace(LINEAR, gradient_checkpointing=True))
+    assert max_diff(w_plain, w_ckpt) < 1e-6
+
+
+def test_bfloat16_autocast_keeps_float32_master_weights(model_dir, data):
+    batch = data[0]
+    fp32 = TorchBackend(BackendConfig(), model_dir).logprobs(batch, 4)
+    backend, before, after, m = run_update(
+        model_dir, data, config=BackendConfig(lr=1e-6, dtype="bfloat16"))
+    assert all(t.dtype == torch.float32 for t in after.values())
+    assert max_diff(after, before) > 0  # a 1e-6 step survives: the weights are float32
+    bf16 = backend.logprobs(batch, 4)
+    assert float((bf16 - fp32).abs().max()) < 0.1 and m["grad_norm"] > 0
+
+
+def test_kl_term_with_a_reference_policy(model_dir, data):
+    batch, offset, adv = data
+    backend = TorchBackend(LINEAR, model_dir)
+    ref = backend.logprobs(batch, 4)  # the reference is the current policy: KL = 0
+    m = backend.update(batch, ref + offset, adv, whole(batch), LossSettings(kl_coef=0.1),
+                       ref_logprobs=ref)
+    assert m["losses/kl"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_bad_inputs_are_rejected(model_dir, data):
+    batch, offset, adv = data
+    backend = TorchBackend(BackendConfig(), model_dir)
+    with pytest.raises(ValueError, match="old_logprobs must be"):
+        backend.update(batch, offset[:, :-1], adv, whole(batch), LossSettings())
+    with pytest.raises(ValueError, match="advantages must be"):
+        backend.update(batch, offset, adv[:-1], whole(batch), LossSettings())
+    with pytest.raises(ValueError, match="row indices"):
+        backend.update(batch, offset, adv, UpdatePlan([torch.tensor([0, 99])]), LossSettings())

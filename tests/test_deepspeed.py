@@ -1,0 +1,212 @@
+"""DeepSpeedBackend on the CPU: in-process (a world of 1) for ZeRO 0-3 against TorchBackend, and
+a real two-rank run under the ``deepspeed`` launcher against the single-process update.
+
+DeepSpeed runs here on its CPU accelerator (auto-detected without a GPU) with gloo. Its first
+use on a machine JIT-compiles the small ``deepspeed_shm_comm`` op (cached in
+``~/.cache/torch_extensions``), which can take a minute on 2 cores; the timeouts allow for it.
+Weights are compared under the eps-dominated AdamW of ``tests.ds_worker.LINEAR``, where the step
+is the gradient itself, so a loss-scaling error cannot hide behind Adam's scale invariance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.ds_worker import (
+    LINEAR,
+    LOSS,
+    MICRO_BATCH_SIZE,
+    RANK_ROWS,
+    full_plan,
+    make_batch,
+    rank_rows,
+)
+from trainer.backends import BackendConfig, create_backend
+from trainer.backends.torch_backend import TorchBackend
+from trainer.hf_utils import CheckpointError
+from trainer.interfaces import LossSettings
+from trainer.tiny import save_tiny
+
+deepspeed = pytest.importorskip("deepspeed")
+from trainer.backends.deepspeed_backend import DeepSpeedBackend, deepspeed_config
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = [0, 1, 2, 3]  # all four run on DeepSpeed's CPU accelerator
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """The tiny model gains nothing from intra-op threads, and on a busy 2-core machine
+    OpenMP threads contending with other processes make each matmul ~100x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return save_tiny(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_leaked_process_group():
+    """The backends create and destroy their own world of 1; nothing may outlive the module
+    (other test files assert that torch.distributed is not initialised)."""
+    assert not torch.distributed.is_initialized()
+    yield
+    assert not torch.distributed.is_initialized()
+    assert "WORLD_SIZE" not in os.environ
+
+
+def weights(backend) -> dict[str, torch.Tensor]:
+    return {n: t.detach().cpu().clone() for n, t in backend.named_weights()}
+
+
+def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def reference_update(model_dir: Path, config: BackendConfig = LINEAR):
+    """TorchBackend on the whole batch: (initial weights, weights after, metrics, old)."""
+    backend = TorchBackend(config, model_dir)
+    batch, offset, adv = make_batch()
+    old = backend.logprobs(batch, 4) + offset
+    before = weights(backend)
+    metrics = backend.update(batch, old, adv, full_plan(), LOSS)
+    return before, weights(backend), metrics, old
+
+
+def ds_backend(model_dir: Path, stage: int, config: BackendConfig = LINEAR) -> DeepSpeedBackend:
+    backend = create_backend(dataclasses.replace(config, kind="deepspeed", zero_stage=stage),
+                             model_dir)
+    assert isinstance(backend, DeepSpeedBackend)
+    return backend
+
+
+def test_config_dict_keeps_loss_scaling_exact():
+    cfg = deepspeed_config(BackendConfig(kind="deepspeed", zero_stage=3, grad_clip=0.5), 4)
+    assert cfg["gradient_accumulation_steps"] == 1  # engine.backward divides by 1
+    assert cfg["train_batch_size"] == 4 and cfg["gradient_clipping"] == 0.5
+    assert cfg["zero_optimization"]["stage"] == 3
+    params = cfg["optimizer"]["params"]
+    assert cfg["optimizer"]["type"] == "AdamW" and params["torch_adam"] is True
+    assert (params["lr"], params["betas"], params["weight_decay"]) == (1e-6, [0.9, 0.999], 0.01)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("stage", STAGES)
+def test_world_of_one_update_equals_torch_backend(model_dir, stage):
+    before, want, ref_metrics, old = reference_update(model_dir)
+    batch, _, adv = make_batch()
+    backend = ds_backend(model_dir, stage)
+    try:
+        assert (backend.rank, backend.world_size) == (0, 1)
+        torch.testing.assert_close(backend.logprobs(batch, 3), old - make_batch()[1],
+                                   atol=1e-6, rtol=0)
+        metrics = backend.update(batch, old, adv, full_plan(), LOSS)
+        got = weights(backend)  # ZeRO-3: gathered from the partitions
+    finally:
+        backend.close()
+    assert {k: v.shape for k, v in got.items()} == {k: v.shape for k, v in want.items()}
+    assert max_diff(want, before) > 1e-2  # the update is large ...
+    assert max_diff(got, want) < 1e-5  # ... and DeepSpeed's equals TorchBackend's
+    for key in ("grad_norm", "entropy", "losses/policy", "losses/clipfrac", "losses/num_tokens"):
+        assert metrics[key] == pytest.approx(ref_metrics[key], rel=1e-5, abs=1e-7), key
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("stage", [0, 3])
+def test_save_load_resumes_identically(model_dir, tmp_path, stage):
+    """Real Adam (eps 1e-8): the next update depends on the restored moments."""
+    cfg = BackendConfig(lr=1e-3)
+    batch, offset, adv = make_batch()
+    loss = LossSettings(entropy_coef=0.002)
+    a = ds_backend(model_dir, stage, cfg)
+    try:
+        old = a.logprobs(batch, 4) + offset
+        a.update(batch, old, adv, full_plan(), loss)
+        saved = weights(a)
+        a.save(tmp_path / "ckpt")
+        a.update(batch, old, adv, full_plan(), loss)
+        continued = weights(a)
+    finally:
+        a.close()
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "ckpt"), dtype=torch.float32)
+    assert max_diff(saved, {n: p.detach() for n, p in hf.named_parameters()}) == 0.0
+
+    b = ds_backend(model_dir, stage, cfg)
+    try:
+        b.load(tmp_path / "ckpt")
+        assert max_diff(weights(b), saved) == 0.0
+        b.update(batch, old, adv, full_plan(), loss)
+        resumed = weights(b)
+        with pytest.raises(CheckpointError, match="not a DeepSpeedBackend checkpoint"):
+            b.load(model_dir)
+    finally:
+        b.close()
+    assert max_diff(resumed, continued) < 1e-7
+
+
+def test_deepspeed_backend_rejects_a_missing_model(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        DeepSpeedBackend(BackendConfig(kind="deepspeed"), tmp_path / "missing")
+    assert not torch.distributed.is_initialized()  # failed before initialising anything
+
+
+def _launcher() -> list[str]:
+    exe = shutil.which("deepspeed", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.fail("the deepspeed launcher is not installed next to this Python")
+    return [exe]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_two_ranks_under_the_deepspeed_launcher_equal_one_process(model_dir, tmp_path):
+    """Two ranks, each with its own share of every mini-batch (uneven: different row and token
+    counts, and rank 1 runs fewer micro-batches), one update per ZeRO stage 0/2/3: the weights
+    and the metrics equal the single-process update on the whole batch. This is the
+    global-token-count rule across data-parallel ranks (DESIGN.md 4)."""
+    batch = make_batch()[0]
+    counts = [int(batch.response_mask[rank_rows(r)].sum()) for r in (0, 1)]
+    assert counts[0] != counts[1] and len(rank_rows(0)) != len(rank_rows(1))
+    assert len(RANK_ROWS[0][1]) > MICRO_BATCH_SIZE >= len(RANK_ROWS[1][1])
+
+    from trainer.backends.deepspeed_backend import free_port
+
+    out = tmp_path / "out"
+    stages = [0, 2, 3]
+    cmd = _launcher() + ["--num_gpus", "2", "--master_port", str(free_port()),
+                         str(ROOT / "tests" / "ds_worker.py"), "--model", str(model_dir),
+                         "--out", str(out), "--stages", *map(str, stages)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+           "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=400)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+    before, want, ref_metrics, _ = reference_update(model_dir)
+    for stage in stages:
+        result = torch.load(out / f"stage{stage}.pt", weights_only=True)
+        assert result["world_size"] == 2
+        assert max_diff(want, before) > 1e-2
+        assert max_diff(result["weights"], want) < 1e-5, stage
+        metrics = result["metrics"]
+        rank1 = torch.load(out / f"metrics{stage}_rank1.pt", weights_only=True)
+        assert rank1 == pytest.approx(metrics, rel=1e-12)  # metrics are global on every rank
+        for key in ("grad_norm", "entropy", "losses/policy", "losses/clipfrac",
+                    "losses/num_tokens"):
+            assert metrics[key] == pytest.approx(ref_metrics[key], rel=1e-5, abs=1e-7), key
+        assert (out / f"ckpt{stage}" / "model.safetensors").is_file()

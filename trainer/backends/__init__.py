@@ -1,0 +1,154 @@
+"""Training backends: the policy model + optimizer behind ``interfaces.TrainingBackend``.
+
+- :class:`~trainer.backends.torch_backend.TorchBackend`: one process, plain ``torch.optim.AdamW``.
+- :class:`~trainer.backends.deepspeed_backend.DeepSpeedBackend`: ``deepspeed.initialize`` with
+  ZeRO stage 0-3, data parallel over the ``deepspeed``/``torchrun`` launcher's ranks.
+
+Both share one forward pass and one MAGIC update loop (:mod:`trainer.backends.common`), so the
+loss, the global-token-count rule (DESIGN.md 4) and the metrics are identical by construction.
+
+This module imports no torch: :class:`BackendConfig` is usable by the config layer and the CLI
+without the training stack; :func:`create_backend` imports the backend it builds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..interfaces import TrainingBackend
+
+__all__ = ["BackendConfig", "BackendKind", "DType", "ZeroStage", "check_model_path",
+           "create_backend"]
+
+BackendKind = Literal["torch", "deepspeed"]
+ZeroStage = Literal[0, 1, 2, 3]
+DType = Literal["float32", "bfloat16"]
+
+_KINDS = ("torch", "deepspeed")
+_STAGES = (0, 1, 2, 3)
+_DTYPES = ("float32", "bfloat16")
+
+
+def _f(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """How the policy is trained (DESIGN.md 4 "optimizer" row; DESIGN.md 7 machine facts).
+    Frozen: vary a field with ``dataclasses.replace`` (re-validated). Each field's
+    ``metadata["help"]`` gives unit, default and why."""
+
+    kind: BackendKind = _f("torch", (
+        "Which backend: 'torch' (one process, plain torch AdamW) or 'deepspeed' (ZeRO, data "
+        "parallel under the deepspeed/torchrun launcher). Default 'torch': the CPU demo and most "
+        "tests need no process group."))
+    zero_stage: ZeroStage = _f(0, (
+        "DeepSpeed ZeRO stage 0-3 (0: plain data parallel, 1: optimizer states sharded, 2: + "
+        "gradients, 3: + parameters). Default 0. Only meaningful with kind='deepspeed'."))
+    lr: float = _f(1e-6, (
+        "AdamW learning rate, constant (no schedule, no warm-up), > 0. Default 1e-6 as released "
+        "(DESIGN.md 4, Skywork-OR1 training scripts)."))
+    betas: tuple[float, float] = _f((0.9, 0.999), (
+        "AdamW (beta1, beta2), each in [0, 1). Default (0.9, 0.999) as released."))
+    eps: float = _f(1e-8, (
+        "AdamW epsilon added to sqrt(v), > 0. Default 1e-8 (torch's and verl's default). Tests "
+        "raise it to make the step linear in the gradient, which exposes gradient-scale bugs "
+        "that Adam's scale invariance would hide."))
+    weight_decay: float = _f(0.01, (
+        "AdamW decoupled weight decay (p -= lr * wd * p per step), >= 0. Default 0.01 as "
+        "released."))
+    grad_clip: float = _f(1.0, (
+        "Max global L2 norm of the gradient before each optimizer step, >= 0; 0 disables "
+        "clipping (DeepSpeed's convention). Default 1.0 as released. The reported grad_norm is "
+        "the norm BEFORE clipping."))
+    dtype: DType = _f("float32", (
+        "Compute dtype. 'float32' (default: exact, the CPU choice) or 'bfloat16' (GPU "
+        "production). Master weights and optimizer states stay float32 either way: lr 1e-6 "
+        "updates vanish in bf16 weights. torch backend: bf16 autocast over float32 weights; "
+        "deepspeed: its bf16 mode (bf16 weights, fp32 master copy in the optimizer)."))
+    gradient_checkpointing: bool = _f(False, (
+        "Recompute each decoder layer's activations in backward (HF gradient checkpointing, "
+        "non-reentrant). Default False; turn on for long contexts (16K/32K stages) to trade "
+        "~30% compute for activation memory."))
+    entropy_chunk_size: int = _f(1024, (
+        "Token positions per chunk when computing log-softmax statistics and the full-vocabulary "
+        "entropy, >= 1. Default 1024: bounds the float32 working set to chunk x vocab "
+        "(about 600 MB for a 152K vocabulary) instead of a [b, L, V] float32 copy."))
+    seed: int = _f(0, (
+        "Seed for torch's RNG at backend construction, >= 0. Default 0. The MAGIC update itself "
+        "is deterministic (no dropout in Qwen2); the seed pins any stochastic layer a model "
+        "might have so runs are reproducible."))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
+        self._check()
+
+    def _check(self) -> None:
+        def need(ok: bool, rule: str) -> None:
+            if not ok:
+                raise ValueError(rule)
+
+        need(self.kind in _KINDS, f"kind must be one of {_KINDS}, got {self.kind!r}")
+        need(self.zero_stage in _STAGES,
+             f"zero_stage must be one of {_STAGES}, got {self.zero_stage!r}")
+        need(self.kind == "deepspeed" or self.zero_stage == 0,
+             "zero_stage > 0 needs kind='deepspeed': the torch backend has no ZeRO sharding, "
+             f"got kind={self.kind!r} with zero_stage={self.zero_stage}")
+        need(self.dtype in _DTYPES, f"dtype must be one of {_DTYPES}, got {self.dtype!r}")
+        need(math.isfinite(self.lr) and self.lr > 0, f"lr must be finite and > 0, got {self.lr}")
+        need(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
+             f"betas must be two numbers in [0, 1), got {self.betas}")
+        need(math.isfinite(self.eps) and self.eps > 0, f"eps must be finite and > 0, "
+             f"got {self.eps}")
+        need(math.isfinite(self.weight_decay) and self.weight_decay >= 0,
+             f"weight_decay must be finite and >= 0, got {self.weight_decay}")
+        need(self.lr * self.weight_decay < 1, "lr * weight_decay must be < 1, or one step "
+             f"would flip the weights' sign, got {self.lr} * {self.weight_decay}")
+        need(math.isfinite(self.grad_clip) and self.grad_clip >= 0,
+             f"grad_clip must be finite and >= 0 (0 disables clipping), got {self.grad_clip}")
+        need(isinstance(self.entropy_chunk_size, int) and self.entropy_chunk_size >= 1,
+             f"entropy_chunk_size must be an int >= 1, got {self.entropy_chunk_size!r}")
+        need(isinstance(self.seed, int) and self.seed >= 0,
+             f"seed must be an int >= 0, got {self.seed!r}")
+
+
+def check_model_path(model_path: str | Path) -> Path:
+    """The checkpoint directory, checked before anything heavy is imported or loaded.
+
+    Raises ``trainer.hf_utils.CheckpointError`` (a ValueError) when the path does not exist, is
+    not a directory, or has no ``config.json`` (not a Hugging Face checkpoint).
+    """
+    from ..hf_utils import CheckpointError
+
+    path = Path(model_path)
+    if not path.exists():
+        raise CheckpointError(f"model path {str(model_path)!r} does not exist")
+    if not path.is_dir():
+        raise CheckpointError(f"model path {str(model_path)!r} is not a directory; expected a "
+                              "Hugging Face checkpoint directory (config.json + safetensors)")
+    if not (path / "config.json").is_file():
+        raise CheckpointError(f"model path {str(model_path)!r} has no config.json; expected a "
+                              "Hugging Face checkpoint directory")
+    return path
+
+
+def create_backend(config: BackendConfig, model_path: str | Path) -> TrainingBackend:
+    """Build the backend ``config.kind`` names on the checkpoint at ``model_path``.
+
+    The path is checked first (:func:`check_model_path`), before torch, transformers or
+    DeepSpeed are imported. ``kind='deepspeed'`` initialises torch.distributed if needed
+    (a world of 1 when not started by a launcher).
+    """
+    path = check_model_path(model_path)
+    if config.kind == "torch":
+        from .torch_backend import TorchBackend
+
+        return TorchBackend(config, path)
+    from .deepspeed_backend import DeepSpeedBackend
+
+    return DeepSpeedBackend(config, path)

@@ -1,0 +1,430 @@
+"""What both training backends share: the forward pass and the MAGIC update loop.
+
+- :func:`token_stats`: one micro-batch through a causal LM -> target-token log-probs ``[b, T]``
+  and, when asked, the full-distribution entropy ``[b, T]`` (``T = L - 1``), memory-aware.
+- :class:`PolicyBackendBase`: ``logprobs`` and ``update`` (DESIGN.md 4 "Policy loss": one
+  optimizer step per mini-batch, every micro-batch divided by the mini-batch's GLOBAL response
+  token count). Subclasses supply the forward call, the backward call, the optimizer step and
+  the collectives; so TorchBackend and DeepSpeedBackend compute the same loss by construction.
+
+Shapes: ``B`` rows of the TokenBatch, ``L`` padded sequence length, ``T = L - 1`` targets,
+``V`` vocabulary, ``b`` rows of one micro-batch, ``l`` its trimmed length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+import torch.utils.checkpoint
+
+from .. import magic
+from ..hf_utils import CheckpointError
+from ..interfaces import LossSettings, TokenBatch, UpdatePlan
+from . import BackendConfig
+
+EntropyMode = Literal["none", "detached", "grad"]
+ForwardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+#: The metric keys ``update`` always returns (``TrainingBackend.update`` docstring), besides
+#: everything :func:`trainer.magic.magic_loss` reports.
+UPDATE_METRIC_KEYS = (
+    "losses/policy", "losses/clipfrac", "losses/clipfrac_low", "losses/clipfrac_high",
+    "losses/approx_kl", "losses/entropy_bonus", "entropy", "grad_norm", "lr",
+)
+
+#: Metrics that are the same on every rank (not token means): not reduced across ranks.
+_GLOBAL_METRICS = ("grad_norm", "grad_norm/max", "lr", "optimizer_steps")
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------
+
+def load_causal_lm(path: str | Path, dtype: torch.dtype = torch.float32) -> Any:
+    """``AutoModelForCausalLM`` from a local HF checkpoint in ``dtype`` (explicit: transformers
+    5 would otherwise load the checkpoint's own dtype), with the KV cache off (training)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    model.config.use_cache = False
+    disable_dropout(model)
+    return model
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    """Zero every dropout probability (``nn.Dropout`` modules and the float
+    ``attention_dropout`` attribute HF attention layers read in training mode).
+
+    Why: the update runs the model in training mode (HF gradient checkpointing requires it),
+    and PPO's ratio must be exactly 1 for on-policy tokens before the first step; dropout
+    would make pi_theta differ from the pi_old that ``logprobs`` measured in eval mode.
+    """
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0
+    if hasattr(getattr(model, "config", None), "attention_dropout"):
+        model.config.attention_dropout = 0.0
+
+
+def enable_gradient_checkpointing(model: Any) -> None:
+    """HF per-layer activation checkpointing, non-reentrant (works with ZeRO-3 and with inputs
+    that do not require grad)."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def load_hf_weights_into(model: torch.nn.Module, path: Path) -> None:
+    """Copy the weights of the HF checkpoint at ``path`` into ``model`` in place (the optimizer
+    keeps referencing the same parameters). Loaded through transformers (any shard layout or
+    key conversion it applies, tied weights re-tied); raises CheckpointError on any missing or
+    unexpected key."""
+    dtype = next(model.parameters()).dtype
+    fresh = load_causal_lm(path, dtype=dtype)
+    state = fresh.state_dict()
+    result = model.load_state_dict(state, strict=False)
+    if result.unexpected_keys or result.missing_keys:
+        raise CheckpointError(f"checkpoint {str(path)!r} does not match the model: missing "
+                              f"{result.missing_keys}, unexpected {result.unexpected_keys}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward pass: log-probs and entropy
+# ---------------------------------------------------------------------------------------------
+
+def _chunk_target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``x[target] - logsumexp(x)`` for one chunk, in float32 at least. [n, V], [n] -> [n]."""
+    x = logits.to(torch.promote_types(logits.dtype, torch.float32))  # [n, V]
+    picked = x.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # [n]
+    return picked - torch.logsumexp(x, dim=-1)  # [n]
+
+
+def target_logprobs(logits: torch.Tensor, targets: torch.Tensor,
+                    chunk_size: int = 1024) -> torch.Tensor:
+    """log softmax(logits)[target] at every position, without a [.., V] log-softmax copy.
+
+    Rule: ``log pi(t) = x_t - logsumexp(x)`` (the log-prob the PPO ratio needs, DESIGN.md 4).
+    Memory: positions are processed ``chunk_size`` at a time and only one chunk is upcast to
+    float32; when the logits are lower precision and grad is needed, each chunk is
+    checkpointed so that backward does not keep every chunk's float32 copy alive.
+
+    Args:
+        logits: ``[..., V]`` any float dtype (typically ``[b, l, V]``), contiguous preferred.
+        targets: ``[...]`` long, the token whose log-prob is wanted at each position.
+    Returns:
+        ``[...]`` float32 (float64 for float64 logits).
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    lead, vocab = logits.shape[:-1], logits.shape[-1]
+    flat = logits.reshape(-1, vocab)  # [n, V] (a view for contiguous logits)
+    flat_t = targets.reshape(-1)  # [n]
+    upcast = flat.dtype not in (torch.float32, torch.float64)
+    checkpoint = upcast and torch.is_grad_enabled() and flat.requires_grad
+    parts = []
+    for start in range(0, flat.shape[0], chunk_size):
+        chunk, t = flat[start:start + chunk_size], flat_t[start:start + chunk_size]
+        if checkpoint:
+            parts.append(torch.utils.checkpoint.checkpoint(_chunk_target_logprobs, chunk, t,
+                                                           use_reentrant=False))
+        else:
+            parts.append(_chunk_target_logprobs(chunk, t))
+    if not parts:
+        return torch.zeros(lead, dtype=torch.promote_types(logits.dtype, torch.float32),
+                           device=logits.device)
+    return torch.cat(parts).reshape(lead)
+
+
+def used_length(attention_mask: torch.Tensor) -> int:
+    """Columns up to the last real token of any row (right padding beyond it is dropped)."""
+    cols = attention_mask.ne(0).any(dim=0).nonzero()  # [k, 1]
+    return int(cols.max()) + 1 if cols.numel() else 0
+
+
+def token_stats(forward: ForwardFn, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+                entropy: EntropyMode = "none", chunk_size: int = 1024,
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One micro-batch through the model: per-target log-probs and (optionally) entropy.
+
+    ``targets = input_ids[:, 1:]`` (interfaces.py token conventions). The micro-batch is first
+    trimmed to its longest real sequence (right padding is inert under a causal mask), then
+    padded back with zeros. Positions whose target is padding hold 0 in both outputs.
+
+    The model's logits ``[b, l, V]`` are materialised once in the model's dtype (unavoidable
+    without a fused LM-head kernel); on top of them, no float32 ``[b, l, V]`` copy is made:
+    log-probs via a chunked gather + logsumexp (:func:`target_logprobs`), entropy via
+    :func:`trainer.magic.token_entropy` (chunked; checkpointed when it needs grad). Both are
+    computed on all ``l`` positions (so ``reshape`` stays a view) and the last is dropped.
+
+    Args:
+        forward: ``(input_ids [b, l], attention_mask [b, l]) -> logits [b, l, V]``.
+        entropy: ``"none"``; ``"detached"`` (metric only, no graph); ``"grad"`` (for -c*H).
+    Returns:
+        ``(logprobs [b, L-1] float32, entropy [b, L-1] float32 or None)``.
+    """
+    L = input_ids.shape[1]
+    length = max(used_length(attention_mask), min(2, L))
+    ids, attn = input_ids[:, :length], attention_mask[:, :length]  # [b, l]
+    logits = forward(ids, attn)  # [b, l, V]
+    targets = F.pad(ids[:, 1:], (0, 1))  # [b, l]; the last position's target is a dummy
+    lp = target_logprobs(logits, targets, chunk_size)[:, :-1].float()  # [b, l-1]
+    valid = attn[:, 1:] != 0  # [b, l-1] target is a real token
+    lp = _pad_right(torch.where(valid, lp, torch.zeros_like(lp)), L - 1)  # [b, L-1]
+    ent = None
+    if entropy == "grad":
+        ent = magic.token_entropy(logits, chunk_size)[:, :-1].float()  # [b, l-1]
+    elif entropy == "detached":
+        with torch.no_grad():
+            ent = magic.token_entropy(logits.detach(), chunk_size)[:, :-1].float()
+    elif entropy != "none":
+        raise ValueError(f"entropy must be 'none', 'detached' or 'grad', got {entropy!r}")
+    if ent is not None:
+        ent = _pad_right(torch.where(valid, ent, torch.zeros_like(ent)), L - 1)  # [b, L-1]
+    return lp, ent
+
+
+def _pad_right(x: torch.Tensor, width: int) -> torch.Tensor:
+    """Zero-pad the last dim of ``[b, t]`` to ``[b, width]`` (differentiable)."""
+    return F.pad(x, (0, width - x.shape[-1])) if x.shape[-1] < width else x
+
+
+def split_rows(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
+    """Consecutive micro-batches of at most ``size`` rows. [n] -> list of [<=size]."""
+    if size < 1:
+        raise ValueError(f"micro_batch_size must be >= 1, got {size}")
+    return [rows[i:i + size] for i in range(0, rows.numel(), size)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The shared backend
+# ---------------------------------------------------------------------------------------------
+
+class PolicyBackendBase:
+    """``logprobs`` and the MAGIC ``update`` over hooks a concrete backend provides.
+
+    Hooks: ``_forward_logits`` (model call), ``_backward`` (one micro-batch's loss; ``boundary``
+    True on a mini-batch's last), ``_optimizer_step`` (clip + step, returns the pre-clip grad
+    norm), ``_current_lr``, and for data parallel ``_grad_average_world`` (how many ranks the
+    framework AVERAGES gradients over), ``_distributed``, ``_all_reduce``.
+    """
+
+    config: BackendConfig
+    rank: int = 0
+    world_size: int = 1
+    device: torch.device = torch.device("cpu")
+
+    # -- hooks ---------------------------------------------------------------------------------
+    @property
+    def module(self) -> torch.nn.Module:
+        raise NotImplementedError
+
+    def _forward_logits(self, input_ids: torch.Tensor,
+                        attention_mask: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _backward(self, loss: torch.Tensor, boundary: bool) -> None:
+        raise NotImplementedError
+
+    def _before_micro_batch(self, boundary: bool) -> None:
+        """Called before each micro-batch's forward (DeepSpeed sets its accumulation
+        boundary here)."""
+
+    def _optimizer_step(self) -> float:
+        raise NotImplementedError
+
+    def _current_lr(self) -> float:
+        raise NotImplementedError
+
+    @property
+    def _distributed(self) -> bool:
+        """True when token counts and metrics must be all-reduced over ranks."""
+        return False
+
+    @property
+    def _grad_average_world(self) -> int:
+        """Ranks over which the framework AVERAGES gradients (1 when it does not)."""
+        return 1
+
+    def _all_reduce(self, values: Sequence[float], op: str = "sum") -> list[float]:
+        """Element-wise ``op`` ("sum" | "max") over ranks. Collective when distributed."""
+        return [float(v) for v in values]
+
+    # -- log-probs -----------------------------------------------------------------------------
+    def logprobs(self, batch: TokenBatch, micro_batch_size: int) -> torch.Tensor:
+        """log pi(target) per target token, no grad: ``[B, L-1]`` float32 on the CPU, padding 0.
+
+        Under data parallel every rank must call it (ZeRO-3 gathers parameters in forward):
+        ranks with fewer micro-batches run padding forwards so all take the same number.
+        """
+        self._check_batch(batch)
+        chunks = split_rows(torch.arange(len(batch)), micro_batch_size)
+        steps = self._lockstep_count(len(chunks))
+        out = torch.zeros(batch.response_mask.shape, dtype=torch.float32)  # [B, L-1]
+        self.module.eval()
+        with torch.no_grad():
+            for i in range(steps):
+                rows = chunks[i] if i < len(chunks) else torch.zeros(1, dtype=torch.long)
+                ids = batch.input_ids[rows].to(self.device)  # [b, L]
+                attn = batch.attention_mask[rows].to(self.device)  # [b, L]
+                lp, _ = token_stats(self._forward_logits, ids, attn,
+                                    chunk_size=self.config.entropy_chunk_size)
+                if i < len(chunks):
+                    out[rows] = lp.cpu()
+        return out
+
+    # -- update --------------------------------------------------------------------------------
+    def update(self, batch: TokenBatch, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+               plan: UpdatePlan, loss: LossSettings,
+               ref_logprobs: torch.Tensor | None = None) -> dict[str, float]:
+        """Apply ``plan`` (see ``TrainingBackend.update``): per mini-batch, accumulate the
+        gradients of ``magic_loss`` over micro-batches, each divided by the mini-batch's global
+        token count (DESIGN.md 4 split invariance), then one clipped optimizer step.
+
+        Metrics are token means over every response token processed (all ranks), so
+        ``entropy`` is the token-mean full-distribution entropy of the batch's responses, the
+        adaptive entropy controller's input. ``grad_norm`` is the pre-clip norm, averaged over
+        the optimizer steps (``grad_norm/max`` their max); ``lr`` the last step's.
+        """
+        self._check_update_inputs(batch, old_logprobs, advantages, plan, ref_logprobs)
+        n_minibatches = len(plan.minibatches)
+        lo, hi = self._all_reduce([-n_minibatches, n_minibatches], op="max")
+        if -lo != hi:  # every rank must take the same number of optimizer steps (collectives)
+            raise ValueError("every rank must apply the same number of mini-batches; got "
+                             f"between {int(-lo)} and {int(hi)}")
+        self.module.train()
+        token_parts: list[dict[str, float]] = []
+        norms: list[float] = []
+        for rows in plan.minibatches:
+            metrics, norm = self._update_minibatch(batch, rows.long(), old_logprobs, advantages,
+                                                   ref_logprobs, plan.micro_batch_size, loss)
+            if norm is not None:
+                token_parts.append(metrics)
+                norms.append(norm)
+        self.module.eval()
+        return self._final_metrics(token_parts, norms, loss)
+
+    def _update_minibatch(self, batch: TokenBatch, rows: torch.Tensor,
+                          old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                          ref_logprobs: torch.Tensor | None, micro_batch_size: int,
+                          loss: LossSettings) -> tuple[dict[str, float], float | None]:
+        """One mini-batch: micro-batch backwards with the global denominator, then one step.
+        Returns (token-weighted metrics of this rank, pre-clip grad norm); the norm is None when
+        the mini-batch is empty on every rank (no step taken)."""
+        chunks = split_rows(rows, micro_batch_size)
+        # Collective (all-reduce SUM of the token count): every micro-batch of every rank
+        # divides by the same global count, so the summed gradient is the mini-batch token mean.
+        global_tokens = magic.global_token_count([batch.response_mask[c] for c in chunks],
+                                                 distributed=self._distributed)
+        denom = magic.token_mean_denominator(global_tokens, world_size=self._grad_average_world)
+        # ZeRO-2/3 reduce gradients on EVERY backward, so all ranks run the same number of
+        # micro-batches; a rank with fewer runs padding micro-batches that carry no tokens.
+        steps = self._lockstep_count(len(chunks))
+        if steps == 0:
+            return {}, None
+        pad_row = rows[:1] if rows.numel() else torch.zeros(1, dtype=torch.long)
+        parts = []
+        for i in range(steps):
+            real = i < len(chunks)
+            idx = chunks[i] if real else pad_row
+            boundary = i == steps - 1
+            self._before_micro_batch(boundary)
+            loss_value, metrics = self._micro_batch_loss(batch, idx, real, old_logprobs,
+                                                         advantages, ref_logprobs, denom, loss)
+            self._backward(loss_value, boundary)
+            parts.append(metrics)
+        norm = self._optimizer_step()
+        return magic.merge_metrics(parts), norm
+
+    def _micro_batch_loss(self, batch: TokenBatch, idx: torch.Tensor, real: bool,
+                          old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                          ref_logprobs: torch.Tensor | None, denom: float,
+                          loss: LossSettings) -> tuple[torch.Tensor, dict[str, float]]:
+        """``magic_loss`` of rows ``idx``: sum over their response tokens / ``denom``.
+        A padding micro-batch (``real`` False) has an all-False mask: loss 0, zero gradient,
+        but the same forward/backward (and so the same collectives) as a real one."""
+        dev = self.device
+        ids = batch.input_ids[idx].to(dev)  # [b, L]
+        attn = batch.attention_mask[idx].to(dev)  # [b, L]
+        mask = batch.response_mask[idx].to(dev)  # [b, L-1]
+        if not real:
+            mask = torch.zeros_like(mask)
+        entropy_mode: EntropyMode = "grad" if loss.entropy_coef != 0 else "detached"
+        lp, ent = token_stats(self._forward_logits, ids, attn, entropy=entropy_mode,
+                              chunk_size=self.config.entropy_chunk_size)  # [b, L-1] x2
+        ref = ref_logprobs[idx].to(dev) if ref_logprobs is not None else None
+        return magic.magic_loss(
+            lp, old_logprobs[idx].to(dev).float(), advantages[idx].to(dev).float(), mask,
+            entropy=ent, entropy_coef=loss.entropy_coef, ref_logprobs=ref,
+            kl_coef=loss.kl_coef, kl_estimator=loss.kl_estimator,  # type: ignore[arg-type]
+            clip_low=loss.clip_low, clip_high=loss.clip_high, num_tokens=denom)
+
+    def _final_metrics(self, parts: list[dict[str, float]], norms: list[float],
+                       loss: LossSettings) -> dict[str, float]:
+        """Token-weighted merge over mini-batches, then over ranks (one all-reduce)."""
+        local = magic.merge_metrics(parts) if parts else {"losses/num_tokens": 0.0}
+        keys = sorted(k for k in local if k != "losses/num_tokens")
+        weight = local["losses/num_tokens"]
+        # Collective (all-reduce SUM): token-weighted sums so metrics are global token means.
+        sums = self._all_reduce([local[k] * weight for k in keys] + [weight], op="sum")
+        total = sums[-1]
+        out = {k: (s / total if total > 0 else 0.0) for k, s in zip(keys, sums[:-1], strict=True)}
+        out["losses/num_tokens"] = total
+        out.setdefault("losses/entropy", 0.0)
+        out["entropy"] = out["losses/entropy"]
+        out["losses/entropy_bonus"] = -loss.entropy_coef * out["entropy"]
+        out["grad_norm"] = sum(norms) / len(norms) if norms else 0.0
+        out["grad_norm/max"] = max(norms) if norms else 0.0
+        out["optimizer_steps"] = float(len(norms))
+        out["lr"] = self._current_lr()
+        for key in UPDATE_METRIC_KEYS:
+            out.setdefault(key, 0.0)
+        return out
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _lockstep_count(self, local: int) -> int:
+        """The largest ``local`` over ranks (collective when distributed)."""
+        return int(self._all_reduce([local], op="max")[0])
+
+    @staticmethod
+    def _check_batch(batch: TokenBatch) -> None:
+        B, L = batch.input_ids.shape
+        if len(batch) == 0 or L < 2:
+            raise ValueError(f"the batch needs >= 1 row and >= 2 columns, got [{B}, {L}]")
+        if tuple(batch.attention_mask.shape) != (B, L):
+            raise ValueError(f"attention_mask must be [{B}, {L}], got "
+                             f"{tuple(batch.attention_mask.shape)}")
+        if tuple(batch.response_mask.shape) != (B, L - 1):
+            raise ValueError(f"response_mask must be [B, L-1] = [{B}, {L - 1}], got "
+                             f"{tuple(batch.response_mask.shape)}")
+
+    def _check_update_inputs(self, batch: TokenBatch, old_logprobs: torch.Tensor,
+                             advantages: torch.Tensor, plan: UpdatePlan,
+                             ref_logprobs: torch.Tensor | None) -> None:
+        self._check_batch(batch)
+        B, T = batch.response_mask.shape
+        if tuple(old_logprobs.shape) != (B, T):
+            raise ValueError(f"old_logprobs must be [B, L-1] = [{B}, {T}], got "
+                             f"{tuple(old_logprobs.shape)}")
+        if ref_logprobs is not None and tuple(ref_logprobs.shape) != (B, T):
+            raise ValueError(f"ref_logprobs must be [B, L-1] = [{B}, {T}], got "
+                             f"{tuple(ref_logprobs.shape)}")
+        if advantages.shape[:1] != (B,) or advantages.dim() not in (1, 2):
+            raise ValueError(f"advantages must be [B] = [{B}] (or [B, L-1]), got "
+                             f"{tuple(advantages.shape)}")
+        if plan.micro_batch_size < 1:
+            raise ValueError(f"plan.micro_batch_size must be >= 1, got {plan.micro_batch_size}")
+        for rows in plan.minibatches:
+            if rows.dim() != 1 or (rows.numel() and (int(rows.min()) < 0
+                                                     or int(rows.max()) >= B)):
+                raise ValueError(f"each mini-batch must be a 1-D tensor of row indices in "
+                                 f"[0, {B}), got {rows!r}")
+
+
+def adamw_kwargs(config: BackendConfig) -> dict[str, Any]:
+    """DESIGN.md 4 optimizer row: AdamW, constant lr, betas, eps, decoupled weight decay."""
+    return {"lr": config.lr, "betas": tuple(config.betas), "eps": config.eps,
+            "weight_decay": config.weight_decay}
