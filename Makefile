@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-done
 
-.PHONY: setup test demo bench protos clean
+.PHONY: setup test demo demo-verifier bench protos clean
 
 setup: $(STAMP)
 
@@ -17,6 +17,9 @@ test: setup
 
 demo: setup
 	$(PY) scripts/demo.py
+
+demo-verifier: setup
+	$(PY) scripts/demo_verifier.py
 
 bench: setup
 	$(PY) benchmarks/bench_math.py

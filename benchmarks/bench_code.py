@@ -14,8 +14,6 @@ harness saves).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import random
 import subprocess
 import sys
@@ -113,41 +111,22 @@ def baseline(samples: list[dict], parallel: int = 2) -> tuple[float, int]:
 
 def candidate(samples: list[dict], workers: int) -> tuple[float, dict]:
     from verifier.client import VerifierClient
+    from verifier.local import LocalVerifier
 
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "verifier.cli", "serve", "--port", "0", "--workers", str(workers)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        assert proc.stdout is not None
-        address = None
-        for line in proc.stdout:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("message") == "verifier listening":
-                if rec.get("sandbox_problem"):
-                    raise RuntimeError(f"no sandbox: {rec['sandbox_problem']}")
-                address = rec["address"]
-                break
-        if address is None:
-            raise RuntimeError("verifier serve did not start")
-        items = [{k: v for k, v in s.items() if k != "program"} for s in samples]
-        with VerifierClient(address) as client:
+    items = [{k: v for k, v in s.items() if k != "program"} for s in samples]
+    with LocalVerifier(workers=workers) as server:
+        if server.sandbox_problem:
+            raise RuntimeError(f"no sandbox: {server.sandbox_problem}")
+        with VerifierClient(server.address) as client:
             client.wait_ready()
             list(client.stream(items[:10]))  # warm up
             start = time.perf_counter()
             results = list(client.stream(items))
             rate = len(items) / (time.perf_counter() - start)
-        counts: dict = {}
-        for r in results:
-            counts[r.status.value] = counts.get(r.status.value, 0) + 1
-        return rate, counts
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+    counts: dict = {}
+    for r in results:
+        counts[r.status.value] = counts.get(r.status.value, 0) + 1
+    return rate, counts
 
 
 def main() -> None:

@@ -12,10 +12,7 @@ of many forms, half of them wrong). Prints items/s for each and the ratio (goal 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -75,39 +72,19 @@ def baseline(items: list[dict]) -> float:
 
 def candidate(items: list[dict], workers: int) -> tuple[float, dict]:
     from verifier.client import VerifierClient
+    from verifier.local import LocalVerifier
 
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "verifier.cli", "serve", "--port", "0", "--workers", str(workers),
-         "--log-format", "json"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        assert proc.stdout is not None
-        address = None
-        for line in proc.stdout:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("message") == "verifier listening":
-                address = rec["address"]
-                break
-        if address is None:
-            raise RuntimeError("verifier serve did not start")
-        with VerifierClient(address) as client:
+    with LocalVerifier(workers=workers) as server:
+        with VerifierClient(server.address) as client:
             client.wait_ready()
             list(client.stream(make_items(50, seed=99)))  # warm the connection and workers
             start = time.perf_counter()
             results = list(client.stream(items))
             rate = len(items) / (time.perf_counter() - start)
-        counts: dict = {}
-        for r in results:
-            counts[r.status.value] = counts.get(r.status.value, 0) + 1
-        return rate, counts
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+    counts: dict = {}
+    for r in results:
+        counts[r.status.value] = counts.get(r.status.value, 0) + 1
+    return rate, counts
 
 
 def main() -> None:

@@ -1,76 +1,46 @@
-"""`make demo`: start a real verifier service, score the bundled sample items over gRPC, print
-the verdicts and a summary table, then stop the service with SIGTERM (graceful drain).
+"""`make demo`: MAGIC RL on a laptop CPU in a few minutes, through `trainer run`.
 
-Until the trainer lands (issue 5) this is the project's demo; it shows math equivalence, the
-known math-verify weak spots, an expression bomb, bad input, and sandboxed code verdicts.
+1. writes the synthetic task (datasets/arithmetic.py: max of two numbers, answers in \\boxed{})
+   to runs/demo-data/ (200 held-out problems never seen in training);
+2. runs `trainer run --config trainer/configs/demo.yaml`: a tiny Qwen2-architecture model and a
+   project-made tokenizer, a short supervised warm start, then MAGIC RL with an embedded
+   verifier (a local `verifier serve`), two stages of growing max response length, evaluation
+   every 20 steps, checkpoints, TensorBoard files and PNG plots in runs/demo/;
+3. prints held-out accuracy before and after RL.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from verifier.cli import CheckConfig, run_check, summary_table  # noqa: E402
 
 
-def start_server() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "verifier.cli", "serve", "--port", "0", "--workers", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if rec.get("message") == "verifier listening":
-            if rec.get("sandbox_problem"):
-                Console().print(f"[yellow]sandbox problem:[/yellow] {rec['sandbox_problem']}")
-            return proc, rec["address"]
-    raise SystemExit("verifier serve exited before it was ready")
-
-
-def main() -> None:
-    console = Console(width=max(140, Console().width))
-    started = time.monotonic()
-    proc, address = start_server()
-    console.print(f"verifier serving on [bold]{address}[/bold] "
-                  f"(started in {time.monotonic() - started:.1f} s)")
-    out = ROOT / "runs" / "demo-verifier" / "results.jsonl"
-    try:
-        results = run_check(CheckConfig(input=ROOT / "verifier" / "samples" / "demo.jsonl",
-                                        output=out, addr=address, progress="off"))
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=60)
-    table = Table(title="verdicts")
-    for col in ("id", "domain", "status", "reward", "tests", "ms"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("detail", overflow="fold")
-    items = [json.loads(x) for x in (ROOT / "verifier" / "samples" / "demo.jsonl").read_text().splitlines()]
-    for item, r in zip(items, results):
-        tests = f"{r.passed}/{r.total}" if r.total else ""
-        color = "green" if r.correct else "red"
-        table.add_row(r.id, str(item.get("domain")), f"[{color}]{r.status.value}[/{color}]",
-                      f"{r.reward:.1f}", tests, f"{r.elapsed_ms:.0f}", r.detail[:80])
-    console.print(table)
-    console.print(summary_table(results, title="summary by data source"))
-    console.print(f"results written to {out.relative_to(ROOT)}; server drained and exited "
-                  f"with code {code}")
+def main() -> int:
+    data = ROOT / "runs" / "demo-data"
+    if not (data / "eval.jsonl").exists():
+        subprocess.run([sys.executable, str(ROOT / "datasets" / "arithmetic.py"), "--out", str(data),
+                        "--train", "9000", "--eval", "200", "--ops", "max"], check=True)
+    shutil.rmtree(ROOT / "runs" / "demo", ignore_errors=True)  # a fresh run each time
+    start = time.monotonic()
+    rc = subprocess.run([sys.executable, "-m", "trainer.cli", "run",
+                         "--config", str(ROOT / "trainer" / "configs" / "demo.yaml"),
+                         *sys.argv[1:]], cwd=ROOT).returncode
+    if rc != 0:
+        return rc
+    rows = [json.loads(x) for x in (ROOT / "runs" / "demo" / "metrics.jsonl").read_text().splitlines()]
+    evals = [(r["step"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
+    (s0, a0), (s1, a1) = evals[0], evals[-1]
+    print(f"\nheld-out accuracy (avg@4, 200 problems): step {s0}: {a0:.1%} -> step {s1}: {a1:.1%} "
+          f"({100 * (a1 - a0):+.1f} points) in {time.monotonic() - start:.0f} s")
+    print("run directory: runs/demo (metrics.jsonl, config.yaml, checkpoints/, plots/, tensorboard/)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -15,7 +15,8 @@ PAD, EOS, UNK = "<|endoftext|>", "<|im_end|>", "<unk>"
 IM_START = "<|im_start|>"
 # Multi-character tokens first: the pre-tokenizer matches them before single characters.
 WORDS = ["\\boxed", "<think>", "</think>", "user", "assistant", "system"]
-CHARS = list(string.digits + string.ascii_letters + " +-*/=()?,.:;!{}[]<>\n_'\"\\^$%")
+NUMBERS = [f"{i:0{width}d}" for width in (1, 2, 3) for i in range(10**width)]
+CHARS = list(string.ascii_letters + " +-*/=()?,.:;!{}[]<>\n_'\"\\^$%")
 
 # Qwen-style chat template (Jinja), so prompts go through tokenizer.apply_chat_template.
 CHAT_TEMPLATE = (
@@ -25,16 +26,19 @@ CHAT_TEMPLATE = (
 
 
 def build_tokenizer():
-    """A character-level fast tokenizer with a chat template (PreTrainedTokenizerFast)."""
+    """A character-level fast tokenizer (numbers in chunks of up to 3 digits) with a chat
+    template (PreTrainedTokenizerFast)."""
     import re
 
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     specials = [PAD, IM_START, EOS, UNK]
-    vocab = {tok: i for i, tok in enumerate(specials + WORDS + CHARS)}
+    vocab = {tok: i for i, tok in enumerate(specials + WORDS + NUMBERS + CHARS)}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    pattern = "|".join(re.escape(w) for w in WORDS) + "|."
+    # Numbers are split into chunks of up to 3 digits (as GPT-4-style tokenizers do), so a
+    # 2-digit number is one token; everything else is one character per token.
+    pattern = "|".join(re.escape(w) for w in WORDS) + "|\\d{1,3}|."
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
     tok.decoder = decoders.Fuse()
     fast = PreTrainedTokenizerFast(

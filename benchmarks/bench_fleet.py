@@ -1,0 +1,176 @@
+"""Fleet benchmark: one streaming client against 1 and 2 ``verifier serve`` replicas (items/s
+and the scaling ratio), then latency percentiles under 8 concurrent streaming clients against
+2 replicas.
+
+Same realistic math items as bench_math.py (chain-of-thought text, a boxed answer in one of many
+forms, half of them wrong), unique per phase. Replicas are real child processes on loopback
+ports; the client is ``VerifierClient`` given a comma list of their addresses, so one logical
+stream runs one gRPC stream per replica (verifier/fleet.py).
+
+    .venv/bin/python benchmarks/bench_fleet.py [--n 3000] [--workers 1] [--clients 8] \
+        [--per-client 2000]
+
+On a machine with C cores, give the replicas C cores in total (here: 2 cores, 1 worker each):
+the ratio then shows how much of the second replica's capacity one client can use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# The item generator of bench_math.py (kept here so this benchmark stands alone).
+FORMS = [
+    lambda r: str(r.randint(0, 999)),
+    lambda r: f"\\frac{{{r.randint(1, 99)}}}{{{r.randint(2, 99)}}}",
+    lambda r: f"{r.randint(1, 9)}\\sqrt{{{r.choice([2, 3, 5, 7])}}}",
+    lambda r: f"{r.randint(1, 20)}\\pi",
+    lambda r: f"({r.randint(-9, 0)}, {r.randint(1, 9)}]",
+    lambda r: f"x^2 + {r.randint(1, 9)}x + {r.randint(1, 9)}",
+    lambda r: f"{r.randint(1, 99)}.{r.randint(1, 99)}",
+    lambda r: f"\\{{{r.randint(1, 5)}, {r.randint(6, 9)}\\}}",
+    lambda r: f"({r.randint(0, 9)}, {r.randint(0, 9)})",
+    lambda r: f"\\frac{{\\sqrt{{{r.choice([2, 3, 5])}}}}}{{{r.randint(2, 9)}}}",
+]
+WRONG = [
+    lambda g, r: g + "+1",
+    lambda g, r: str(r.randint(0, 9999)),
+    lambda g, r: f"-{g}" if not g.startswith("(") else g[::-1],
+]
+FILLER = ("We consider the constraints carefully. Let the unknown be $x$; substituting gives "
+          "$x^2 - 5x + 6 = 0$, hence $x = 2$ or $x = 3$. Checking both candidates against the "
+          "original condition, only one survives. ")
+
+
+def make_items(n: int, seed: int = 0) -> list[dict]:
+    rng = random.Random(seed)
+    items = []
+    for i in range(n):
+        gold = rng.choice(FORMS)(rng)
+        answer = gold if rng.random() < 0.5 else rng.choice(WRONG)(gold, rng)
+        think = FILLER * rng.randint(5, 40) + f" (case {i})"
+        response = f"<think>{think}</think>\nTherefore the answer is $\\boxed{{{answer}}}$."
+        items.append({"id": f"m{i}", "domain": "math", "response": response, "ground_truth": gold})
+    return items
+
+
+class Replica:
+    def __init__(self, workers: int):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "verifier.cli", "serve", "--port", "0", "--workers",
+             str(workers), "--log-format", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert self.proc.stdout is not None
+        self.address = ""
+        for line in self.proc.stdout:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("message") == "verifier listening":
+                self.address = rec["address"]
+                break
+        if not self.address:
+            raise RuntimeError("verifier serve did not start")
+        # keep draining its output so a chatty server never blocks on a full pipe
+        threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+def relabel(items: list[dict], prefix: str) -> list[dict]:
+    return [{**it, "id": f"{prefix}{i}"} for i, it in enumerate(items)]
+
+
+def one_client(address: str, items: list[dict]) -> float:
+    from verifier.client import VerifierClient
+
+    with VerifierClient(address) as client:
+        client.wait_ready(all_replicas=True)
+        list(client.stream(relabel(make_items(100, seed=99), "warm")))
+        start = time.perf_counter()
+        n = sum(1 for _ in client.stream(items))
+        rate = n / (time.perf_counter() - start)
+    assert n == len(items)
+    return rate
+
+
+def many_clients(address: str, clients: int, per_client: int) -> dict:
+    from verifier.client import VerifierClient
+
+    lat: list[list[float]] = [[] for _ in range(clients)]
+    counts = [0] * clients
+
+    def run(c: int) -> None:
+        sent: dict[str, float] = {}
+        items = relabel(make_items(per_client, seed=1000 + c), f"c{c}-")
+
+        def source() -> Iterator[dict]:
+            for it in items:
+                sent[it["id"]] = time.perf_counter()
+                yield it
+
+        with VerifierClient(address) as client:
+            for r in client.stream(source()):
+                lat[c].append(time.perf_counter() - sent[r.id])
+                counts[c] += 1
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=run, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    total_s = time.perf_counter() - start
+    flat = sorted(x for xs in lat for x in xs)
+    assert sum(counts) == clients * per_client, counts
+    return {"total_s": total_s, "items_per_s": len(flat) / total_s,
+            "p50_ms": statistics.median(flat) * 1000,
+            "p99_ms": flat[int(0.99 * (len(flat) - 1))] * 1000}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=3000, help="items for the 1-client runs")
+    ap.add_argument("--workers", type=int, default=1, help="math workers per replica")
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--per-client", type=int, default=2000)
+    args = ap.parse_args()
+
+    replicas = [Replica(args.workers), Replica(args.workers)]
+    try:
+        one = one_client(replicas[0].address, relabel(make_items(args.n, seed=1), "a"))
+        both = ",".join(r.address for r in replicas)
+        two = one_client(both, relabel(make_items(args.n, seed=2), "b"))
+        load = many_clients(both, args.clients, args.per_client)
+    finally:
+        for r in replicas:
+            r.stop()
+    print(f"one client, {args.n} unique math items, {args.workers} worker(s) per replica, "
+          f"{os.cpu_count()} CPU cores")
+    print(f"  1 replica : {one:8.1f} items/s")
+    print(f"  2 replicas: {two:8.1f} items/s")
+    print(f"  scaling ratio 2/1 = {two / one:.2f}")
+    print(f"{args.clients} clients x {args.per_client} items against 2 replicas: "
+          f"{load['total_s']:.1f} s, {load['items_per_s']:.0f} items/s, "
+          f"latency p50 {load['p50_ms']:.0f} ms, p99 {load['p99_ms']:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,333 @@
+"""`trainer run` for real: a tiny model, the HF engine, the torch backend and a local verifier
+process. Config errors, the run directory contract (DESIGN.md 3.3), streamed verification,
+exact resume after a SIGKILL, Ctrl-C checkpoints, and the vLLM and DeepSpeed paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainer.hf_utils import CheckpointError
+from trainer.rewards import RewardError
+from trainer.run_config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+AIME = ROOT.parent / "shared" / "data" / "eval"
+
+REQUIRED_KEYS = ["step", "stage", "reward/mean", "reward/by_source/arithmetic", "entropy",
+                 "entropy/coef", "response_length/mean", "truncated/frac", "filtered/frac",
+                 "losses/policy", "losses/clipfrac", "time/generate", "time/verify_wait",
+                 "time/update", "time/sync", "time/step"]
+
+
+def _arithmetic():
+    """datasets/arithmetic.py (datasets/ is not a package: it would shadow Hugging Face's)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("arithmetic", ROOT / "datasets" / "arithmetic.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("arith")
+    _arithmetic().write(out, 300, 16, seed=1, ops=("max",))
+    return out
+
+
+@pytest.fixture(scope="module")
+def policy(data, tmp_path_factory) -> Path:
+    """A warm-started tiny policy (the demo's recipe) that solves some problems but not all,
+    so that steps have non-trivial groups and real updates. heads=2: vLLM's CPU kernels need
+    a head dimension of 32."""
+    from trainer.data import load_problems
+    from trainer.hf_utils import chat_prompt_ids, load_tokenizer
+    from trainer.run_config import WarmStartSettings
+    from trainer.tiny import save_tiny
+    from trainer.warmstart import warm_start
+
+    root = tmp_path_factory.mktemp("policy")
+    init = save_tiny(root / "init", hidden_size=64, layers=2, heads=2, kv_heads=1, seed=0)
+    tok = load_tokenizer(init)
+    problems, _ = load_problems([data / "train.jsonl"], instruction_suffix="")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return warm_start(init, tok, problems, WarmStartSettings(steps=150, lr=3e-3),
+                          root / "ws", seed=0, prompt_ids=lambda p: chat_prompt_ids(tok, p.messages))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def overrides(data: Path, out: Path, model: Path | None = None, **extra: object) -> list[str]:
+    base = {
+        "name": "t", "output_dir": str(out), "total_steps": 3, "seed": 3,
+        "micro_batch_size": 16, "torch_threads": 1,
+        "magic.prompts_per_step": 4, "magic.group_size": 4, "magic.max_prompt_length": 64,
+        "magic.lr": 1e-3, "checkpoint_every": 2, "eval.every_steps": 2, "eval.n_samples": 2,
+        "data.train_files": f"[{data}/train.jsonl]", "data.eval_files": f"[{data}/eval.jsonl]",
+        "data.instruction_suffix": "", "log.progress": "off", "engine.chunk_size": 1,
+        "magic.stages": "[{name: a, max_response_length: 6, steps: 2}, {name: b, max_response_length: 8}]",
+    }
+    if model is None:  # a tiny random model (enough for the error paths)
+        base.update({"tiny_model.hidden_size": 32, "tiny_model.layers": 1,
+                     "tiny_model.heads": 2, "tiny_model.kv_heads": 1, "warm_start.steps": 0})
+    else:
+        base.update({"tiny_model": "null", "model_path": str(model), "warm_start.steps": 0})
+    base.update({k.replace("__", "."): v for k, v in extra.items()})
+    return [f"{k}={v}" for k, v in base.items()]
+
+
+def demo_config(data: Path, out: Path, model: Path | None = None, **extra: object):
+    return load_config(ROOT / "trainer" / "configs" / "demo.yaml",
+                       overrides(data, out, model, **extra))
+
+
+def run_cli(args: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainer.cli", "run", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, **kw)
+
+
+# -- bad input: clear errors before any model is loaded --------------------------------------
+
+@pytest.mark.parametrize("extra, message", [
+    ({"magic__group_size": 1}, "group_size must be >= 2"),
+    ({"magic__mini_batch_size": 3}, "divide"),
+    ({"magic__stages": "[{name: a, max_response_length: 8, steps: 2}, {name: b, max_response_length: 6}]"},
+     "increasing"),
+    ({"magic__nonsense": 1}, "unknown MagicConfig keys"),
+    ({"log__progress": "sometimes"}, "log.progress must be one of"),
+])
+def test_impossible_configs_are_refused_with_the_rule(data, tmp_path, extra, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        demo_config(data, tmp_path, **extra)
+
+
+def test_missing_model_path_is_a_clear_error(data, tmp_path) -> None:
+    from trainer.loop import Trainer
+
+    cfg = demo_config(data, tmp_path, model=tmp_path / "nope")
+    with pytest.raises(CheckpointError, match="not a Hugging Face checkpoint"):
+        Trainer(cfg)
+
+
+def test_tokenizer_without_chat_template_is_a_clear_error(data, tmp_path) -> None:
+    from trainer.loop import Trainer
+    from trainer.tiny import save_tiny
+
+    model = save_tiny(tmp_path / "m", hidden_size=32, layers=1, heads=2, kv_heads=1)
+    cfg_file = model / "tokenizer_config.json"
+    cfg = json.loads(cfg_file.read_text())
+    cfg.pop("chat_template", None)
+    cfg_file.write_text(json.dumps(cfg))
+    (model / "chat_template.jinja").unlink(missing_ok=True)
+    run_cfg = demo_config(data, tmp_path, model=model)
+    with pytest.raises(CheckpointError, match="no chat template"):
+        Trainer(run_cfg)
+
+
+def test_unreachable_verifier_fails_before_models_load(data, tmp_path) -> None:
+    from trainer.loop import Trainer
+
+    cfg = demo_config(data, tmp_path, verifier__addr="127.0.0.1:1",
+                      verifier__connect_timeout_s=1.0)
+    with pytest.raises(RewardError, match="not reachable"):
+        Trainer(cfg)
+    assert not (tmp_path / "t" / "warm_start").exists()  # nothing heavy happened
+
+
+# -- a real run ------------------------------------------------------------------------------
+
+def test_run_writes_the_run_directory_contract(data, policy, tmp_path) -> None:
+    r = run_cli(["--config", "trainer/configs/demo.yaml", *overrides(data, tmp_path, policy)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = tmp_path / "t"
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    for row in rows[1:]:
+        missing = [k for k in REQUIRED_KEYS if k not in row]
+        assert not missing, missing
+    assert "eval/accuracy" in rows[0] and "eval/arithmetic/avg@2" in rows[2]
+    assert [r["stage"] for r in rows[1:]] == [0, 0, 1]  # stage a ends after 2 steps
+    assert [r["stage/max_response_length"] for r in rows[1:]] == [6, 6, 8]
+    assert (run / "config.yaml").exists()
+    for png in ("reward.png", "entropy.png", "length.png", "time.png"):
+        assert (run / "plots" / png).stat().st_size > 1000
+    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+    latest = (run / "checkpoints" / "latest").read_text().strip()
+    assert latest == "step_000003"
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(run / "checkpoints" / latest / "model")
+    assert sum(p.numel() for p in model.parameters()) > 0
+    assert "run t" in r.stdout  # the summary table
+
+
+def test_verification_overlaps_generation(data, policy, tmp_path) -> None:
+    """Each finished chunk goes to the verifier at once: rewards of early chunks are back
+    before generation ends."""
+    import trainer.loop as loop_mod
+    from trainer.loop import Trainer
+
+    arrivals: list[float] = []
+
+    class RecordingStream(loop_mod.RewardStream):
+        def _run(self) -> None:
+            for r in self._client.stream(self._items()):
+                self._results[r.id] = r
+                arrivals.append(time.monotonic())
+
+    cfg = demo_config(data, tmp_path, policy, eval__every_steps=0)
+    trainer = Trainer(cfg)
+    original = trainer.engine.generate
+    gen_end: list[float] = []
+
+    def slow_generate(prompts, params, on_done=None):
+        def slowly(chunk):
+            on_done(chunk)
+            time.sleep(0.2)  # a slow engine: later chunks are still generating
+
+        out = original(prompts, params, on_done=slowly)
+        gen_end.append(time.monotonic())
+        return out
+
+    trainer.engine.generate = slow_generate
+    loop_mod.RewardStream = RecordingStream
+    try:
+        metrics = trainer.train_step()
+    finally:
+        loop_mod.RewardStream = RecordingStream.__mro__[1]
+        trainer.close()
+    assert len(arrivals) == 16
+    assert sum(t < gen_end[0] for t in arrivals) >= 8  # most rewards were back before the end
+    assert metrics["time/verify_wait"] < metrics["time/generate"]
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "model.safetensors"))
+
+
+def test_resume_after_sigkill_is_exact(data, policy, tmp_path) -> None:
+    """Kill a run mid-way (SIGKILL after its step-2 checkpoint), resume it, and compare with an
+    uninterrupted run: same metrics for every step, same final weights."""
+    args = overrides(data, tmp_path, policy, total_steps=5, eval__every_steps=0, checkpoint_every=2,
+                     keep_checkpoints=5)
+    full = run_cli(["--config", "trainer/configs/demo.yaml", *args, "name=full"])
+    assert full.returncode == 0, full.stderr[-3000:]
+
+    proc = subprocess.Popen([sys.executable, "-m", "trainer.cli", "run", "--config",
+                             "trainer/configs/demo.yaml", *args, "name=cut"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    latest = tmp_path / "cut" / "checkpoints" / "latest"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (latest.exists() and latest.read_text() == "step_000002"):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert latest.read_text() == "step_000002"
+    resumed = run_cli(["--resume", str(tmp_path / "cut")])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    def rows(name):
+        return [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+
+    a, b = rows("full"), rows("cut")
+    assert [r["step"] for r in b] == [1, 2, 3, 4, 5]
+    assert sum(1 for r in a if not r["update/skipped"]) >= 2  # the comparison covers updates
+    for ra, rb in zip(a, b):
+        assert ra.keys() == rb.keys()
+        for k in ra:
+            if k.startswith("time/"):
+                continue
+            if isinstance(ra[k], float):
+                assert ra[k] == pytest.approx(rb[k], abs=1e-6), (ra["step"], k)
+            else:
+                assert ra[k] == rb[k], (ra["step"], k)
+    wa = _weights(tmp_path / "full" / "checkpoints" / "step_000005" / "model")
+    wb = _weights(tmp_path / "cut" / "checkpoints" / "step_000005" / "model")
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.allclose(wa[k], wb[k], atol=1e-6), k
+
+
+def test_ctrl_c_writes_a_resumable_checkpoint(data, policy, tmp_path) -> None:
+    args = overrides(data, tmp_path, policy, total_steps=200, eval__every_steps=0, checkpoint_every=0)
+    proc = subprocess.Popen([sys.executable, "-m", "trainer.cli", "run", "--config",
+                             "trainer/configs/demo.yaml", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = tmp_path / "t" / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out[-3000:]
+    steps = [json.loads(x)["step"] for x in metrics.read_text().splitlines()]
+    latest = (tmp_path / "t" / "checkpoints" / "latest").read_text().strip()
+    assert latest == f"step_{steps[-1]:06d}" and steps[-1] < 200
+    assert "interrupted" in out and "True" in out
+
+
+def test_run_with_vllm_engine_and_deepspeed_backend(data, policy, tmp_path) -> None:
+    """The production pieces on CPU: vLLM generates and receives the weights after each update;
+    DeepSpeed (ZeRO-2, a world of one) applies the update."""
+    r = run_cli(["--config", "trainer/configs/demo.yaml",
+                 *overrides(data, tmp_path, policy, total_steps=2, eval__every_steps=0,
+                            engine__kind="vllm", engine__chunk_size=2,
+                            backend__kind="deepspeed", backend__zero_stage=2)],
+                env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
+    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in rows] == [1, 2]
+    assert all(x["time/sync"] > 0 for x in rows if x["filtered/frac"] < 1.0)
+
+
+# -- data ------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not AIME.exists(), reason=f"{AIME} not present")
+def test_aime_parquet_loads_with_the_report_suffix_once() -> None:
+    from trainer.data import DEFAULT_SUFFIX, load_problems
+
+    problems, skipped = load_problems([AIME / "aime24.parquet", AIME / "aime25.parquet"])
+    assert len(problems) == 60 and skipped == 0
+    assert {p.domain for p in problems} == {"math"}
+    for p in problems:
+        text = p.messages[-1]["content"]
+        assert text.count(DEFAULT_SUFFIX.strip()) == 1  # already there: not appended twice
+    assert problems[0].ground_truth == "204"
+
+
+def test_malformed_rows_name_file_and_line_or_are_counted(tmp_path) -> None:
+    from trainer.data import DataError, load_problems
+
+    f = tmp_path / "bad.jsonl"
+    f.write_text('{"id": "a", "prompt": "1+1?", "ground_truth": "2"}\n{oops\n'
+                 '{"id": "b", "prompt": "2+2?"}\n{"id": "c", "prompt": "3+3?", "ground_truth": "6"}\n')
+    with pytest.raises(DataError, match="bad.jsonl: line 2"):
+        load_problems([f])
+    problems, skipped = load_problems([f], skip_invalid=True)
+    assert [p.id for p in problems] == ["a", "c"] and skipped == 2
+
+
+def test_sampler_resumes_exactly() -> None:
+    from trainer.data import PromptSampler
+
+    a = PromptSampler(10, seed=4)
+    first = a.next(7)
+    state = a.state_dict()
+    rest = a.next(9)  # crosses into epoch 1
+    b = PromptSampler(10, seed=4)
+    b.load_state_dict(state)
+    assert b.next(9) == rest and sorted(first + rest[:3]) == list(range(10))

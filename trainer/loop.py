@@ -1,0 +1,417 @@
+"""The MAGIC training loop: a thin driver around trainer/magic.py's pure rules.
+
+One step (DESIGN.md 4, issue 5):
+  sample prompts -> generate (completions streamed to the verifier as chunks finish) -> wait for
+  the remaining rewards -> online filter -> group advantages -> update (on-policy, or the
+  off-policy quadruple) -> adaptive entropy update -> weight sync into the engine -> log ->
+  evaluate every N steps -> stage schedule -> checkpoint every M steps and at stage ends.
+
+The loop holds one RolloutEngine and one TrainingBackend (trainer/interfaces.py) and never
+knows which implementation it has. Every random choice derives from (seed, step), so a resumed
+run continues exactly as an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import signal
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer import magic
+from trainer.data import PromptSampler, Problem, load_problems
+from trainer.hf_utils import CheckpointError, chat_prompt_ids, load_tokenizer
+from trainer.interfaces import Completion, LossSettings, SamplingParams, TokenBatch, UpdatePlan
+from trainer.metrics_log import MetricsLogger
+from trainer.rewards import NOT_A_VERDICT, RewardError, RewardStream, check_verdicts
+from trainer.run_config import RunConfig
+from trainer.schedule import response_indices
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "trainer_state.json"
+
+
+def _seed(cfg: RunConfig, step: int, salt: int) -> int:
+    return (cfg.seed * 1_000_003 + step * 7919 + salt) % (2**31 - 1)
+
+
+class Trainer:
+    """Owns the run: data, verifier connection, engine, backend and the MAGIC state."""
+
+    def __init__(self, cfg: RunConfig, *, resume: bool = False):
+        self.cfg = cfg
+        self.run_dir = cfg.run_dir
+        self.step = 0
+        self._stop_requested = False
+        self._local_verifier = None
+        self.engine = None
+        self.backend = None
+        self.resume = resume
+        self._prepare()
+
+    # -- set-up: every check that can fail runs before a model is loaded ------------------
+    def _prepare(self) -> None:
+        cfg = self.cfg
+        if cfg.torch_threads:
+            torch.set_num_threads(cfg.torch_threads)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        latest = self.latest_checkpoint() if self.resume else None
+        if self.resume and latest is None:
+            raise CheckpointError(f"nothing to resume in {self.run_dir}: no checkpoint yet")
+        model_path = self._initial_model_path()
+        self.tokenizer = load_tokenizer(cfg.tokenizer_path or model_path)
+        self.train, skipped = load_problems(cfg.data.train_files,
+                                            instruction_suffix=cfg.data.instruction_suffix,
+                                            skip_invalid=cfg.data.skip_invalid)
+        self.eval_problems: list[Problem] = []
+        if cfg.data.eval_files:
+            self.eval_problems, _ = load_problems(cfg.data.eval_files,
+                                                  instruction_suffix=cfg.data.instruction_suffix,
+                                                  skip_invalid=cfg.data.skip_invalid)
+            if cfg.eval.max_problems:
+                self.eval_problems = self.eval_problems[: cfg.eval.max_problems]
+        self.skipped_rows = skipped
+        self._prompt_ids: dict[str, list[int]] = {}
+        for p in self.train[:1]:
+            self.prompt_ids(p)  # a tokenizer without a chat template fails here, early
+        self.sampler = PromptSampler(len(self.train), cfg.seed, cfg.data.shuffle)
+        self.controller = cfg.magic.entropy_controller()
+        self.schedule = cfg.magic.stage_schedule()
+        self.off_policy = cfg.magic.off_policy()
+        self._connect_verifier()
+        if latest is not None:
+            model_path = latest / "model"
+        elif cfg.warm_start.steps > 0:
+            model_path = self._warm_start(model_path)
+        self._load_models(model_path)
+        if latest is not None:
+            self._restore(latest)
+        self.logger = MetricsLogger(self.run_dir, cfg.log, resume_after=self.step)
+        (self.run_dir / "config.yaml").write_text(_yaml(cfg.to_dict()))
+
+    def _initial_model_path(self) -> Path:
+        cfg = self.cfg
+        if cfg.tiny_model is not None:
+            from dataclasses import asdict
+
+            from trainer.tiny import save_tiny
+
+            path = self.run_dir / "init"
+            if not (path / "config.json").exists():
+                save_tiny(path, seed=cfg.seed, **asdict(cfg.tiny_model))
+            return path
+        path = Path(str(cfg.model_path))
+        if not (path / "config.json").exists():
+            raise CheckpointError(f"model_path {str(path)!r} is not a Hugging Face checkpoint "
+                                  "directory (no config.json)")
+        return path
+
+    def _connect_verifier(self) -> None:
+        from verifier.client import VerifierClient
+
+        addr = self.cfg.verifier.addr
+        if addr is None:
+            from verifier.local import LocalVerifier
+
+            self._local_verifier = LocalVerifier(workers=self.cfg.verifier.workers)
+            addr = self._local_verifier.address
+        self.client = VerifierClient(addr)
+        try:
+            self.client.wait_ready(timeout_s=self.cfg.verifier.connect_timeout_s)
+        except Exception as e:
+            self.close()
+            raise RewardError(f"verifier at {addr} is not reachable: {e}") from e
+
+    def _warm_start(self, model_path: Path) -> Path:
+        from trainer.warmstart import warm_start
+
+        out = self.run_dir / "warm_start"
+        if not (out / "config.json").exists():
+            warm_start(model_path, self.tokenizer, self.train, self.cfg.warm_start,
+                       out, seed=self.cfg.seed, prompt_ids=self.prompt_ids)
+        return out
+
+    def _load_models(self, model_path: Path) -> None:
+        from dataclasses import replace
+
+        from trainer.backends import create_backend
+        from trainer.engines import create_engine
+
+        m = self.cfg.magic
+        backend_cfg = replace(self.cfg.backend, lr=m.lr, betas=tuple(m.betas),
+                              weight_decay=m.weight_decay, grad_clip=m.grad_clip,
+                              seed=self.cfg.seed)
+        self.backend = create_backend(backend_cfg, model_path)
+        self.engine = create_engine(self.cfg.engine, model_path, self.tokenizer)
+
+    # -- prompts ---------------------------------------------------------------------------
+    def prompt_ids(self, problem: Problem) -> list[int]:
+        ids = self._prompt_ids.get(problem.id)
+        if ids is None:
+            ids = chat_prompt_ids(self.tokenizer, problem.messages)
+            limit = self.cfg.magic.max_prompt_length
+            if len(ids) > limit:
+                raise ValueError(f"problem {problem.id}: prompt has {len(ids)} tokens, over "
+                                 f"max_prompt_length={limit}")
+            self._prompt_ids[problem.id] = ids
+        return ids
+
+    # -- one step --------------------------------------------------------------------------
+    def train_step(self) -> dict[str, Any]:
+        cfg, m = self.cfg, self.cfg.magic
+        assert self.engine is not None and self.backend is not None
+        t_step = time.monotonic()
+        step = self.step + 1
+        stage = self.schedule.current
+        problems = [self.train[i] for i in self.sampler.next(m.prompts_per_step)]
+        params = SamplingParams(n=m.group_size, temperature=m.temperature, top_p=m.top_p,
+                                top_k=m.top_k, max_tokens=stage.max_response_length,
+                                seed=_seed(cfg, step, 0))
+
+        # Generate; each finished chunk goes to the verifier at once (overlap).
+        rewards_stream = RewardStream(self.client)
+
+        def on_done(chunk: list[Completion]) -> None:
+            rewards_stream.submit([problems[c.prompt_index].verifier_item(
+                f"{step}:{c.prompt_index}:{c.sample_index}", c.text) for c in chunk])
+
+        t0 = time.monotonic()
+        self.engine.wake_up()
+        completions = self.engine.generate([self.prompt_ids(p) for p in problems], params,
+                                           on_done=on_done)
+        self.engine.sleep()
+        t_generate = time.monotonic() - t0
+        results, t_verify_wait = rewards_stream.wait(cfg.verifier.timeout_s)
+
+        ids = [f"{step}:{c.prompt_index}:{c.sample_index}" for c in completions]
+        judged = torch.tensor([results[i].status not in NOT_A_VERDICT for i in ids])  # [N]
+        if not bool(judged.all()) and cfg.on_invalid_reward == "fail":
+            check_verdicts(results)
+        rewards = torch.tensor([results[i].reward for i in ids], dtype=torch.float32)  # [N]
+        truncated = torch.tensor([c.truncated for c in completions])  # [N]
+        G = m.group_size
+        keep = magic.filter_groups(rewards, G) if m.online_filter else torch.ones_like(judged)
+        unjudged_groups = ~judged.view(-1, G).all(dim=1)  # [P]
+        keep = keep & ~unjudged_groups.repeat_interleave(G)  # [N]
+        adv = magic.group_advantages(rewards, G, truncated, m.mask_mode, m.adv_eps)  # [N]
+
+        metrics: dict[str, Any] = {"step": step, "stage": self.schedule.index,
+                                   "stage/max_response_length": stage.max_response_length}
+        metrics.update(_reward_metrics(problems, completions, rewards, truncated, G))
+        metrics["filtered/frac"] = 1.0 - float(keep.float().mean())
+        metrics["reward/unjudged"] = int((~judged).sum())
+
+        kept_prompts = torch.nonzero(keep.view(-1, G).all(dim=1)).flatten()  # [P']
+        t0 = time.monotonic()
+        coef = self.controller.coef
+        if kept_prompts.numel() > 0:
+            rows = response_indices(kept_prompts, G)  # [P' * G]
+            batch = TokenBatch.from_completions([completions[i] for i in rows.tolist()],
+                                                self.tokenizer.pad_token_id)
+            old_logprobs = self.backend.logprobs(batch, cfg.micro_batch_size)  # [B, T]
+            gen = torch.Generator().manual_seed(_seed(cfg, step, 1))
+            minibatches = [response_indices(p, G)
+                           for p in self.off_policy.minibatches(len(kept_prompts), gen)]
+            loss = LossSettings(clip_low=m.clip_low, clip_high=m.clip_high, entropy_coef=coef,
+                                kl_coef=m.kl_coef, kl_estimator=m.kl_estimator)
+            upd = self.backend.update(batch, old_logprobs, adv[rows],
+                                      UpdatePlan(minibatches, cfg.micro_batch_size), loss)
+            metrics.update(upd)
+            metrics["entropy/coef"] = coef
+            metrics["entropy/next_coef"] = self.controller.update(upd["entropy"])
+        else:
+            # Every group was filtered out: no update (MAGIC filters without refilling). The
+            # keys stay (stable schema): no loss was applied, and entropy was not measured, so
+            # the controller is not moved.
+            metrics.update({"losses/policy": 0.0, "losses/clipfrac": 0.0, "entropy": None,
+                            "entropy/coef": coef, "entropy/next_coef": coef})
+        metrics["update/skipped"] = int(kept_prompts.numel() == 0)
+        t_update = time.monotonic() - t0
+
+        t0 = time.monotonic()
+        if kept_prompts.numel() > 0:
+            self.engine.load_weights(self.backend.named_weights())
+        t_sync = time.monotonic() - t0
+        metrics.update({"time/generate": t_generate, "time/verify_wait": t_verify_wait,
+                        "time/update": t_update, "time/sync": t_sync})
+        self.step = step
+        metrics["time/step"] = time.monotonic() - t_step
+        return metrics
+
+    # -- evaluation ------------------------------------------------------------------------
+    def evaluate(self) -> dict[str, float]:
+        """avg@k on the held-out problems through the verifier (same code as training)."""
+        e = self.cfg.eval
+        assert self.engine is not None
+        if not self.eval_problems:
+            return {}
+        t0 = time.monotonic()
+        params = SamplingParams(n=e.n_samples, temperature=e.temperature, top_p=e.top_p,
+                                top_k=-1,
+                                max_tokens=e.max_tokens or self.schedule.max_response_length,
+                                seed=_seed(self.cfg, self.step, 2))
+        stream = RewardStream(self.client)
+        probs = self.eval_problems
+
+        def on_done(chunk: list[Completion]) -> None:
+            stream.submit([probs[c.prompt_index].verifier_item(
+                f"eval{self.step}:{c.prompt_index}:{c.sample_index}", c.text) for c in chunk])
+
+        self.engine.wake_up()
+        comps = self.engine.generate([self.prompt_ids(p) for p in probs], params, on_done=on_done)
+        self.engine.sleep()
+        results, _ = stream.wait(self.cfg.verifier.timeout_s)
+        check_verdicts(results)
+        by_source: dict[str, list[float]] = defaultdict(list)
+        for c in comps:
+            r = results[f"eval{self.step}:{c.prompt_index}:{c.sample_index}"]
+            by_source[probs[c.prompt_index].data_source or "eval"].append(r.reward)
+        out: dict[str, float] = {}
+        everything: list[float] = []
+        for src, rs in sorted(by_source.items()):
+            out[f"eval/{src}/avg@{e.n_samples}"] = sum(rs) / len(rs)
+            everything += rs
+        out["eval/accuracy"] = sum(everything) / len(everything)
+        out["time/eval"] = time.monotonic() - t0
+        return out
+
+    # -- the run -----------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        """Train until total_steps; returns a summary. Ctrl-C (SIGINT) finishes the current
+        step, writes a resumable checkpoint and returns; a second Ctrl-C aborts at once."""
+        cfg = self.cfg
+        previous = signal.getsignal(signal.SIGINT)
+
+        def on_sigint(signum: int, frame: Any) -> None:
+            self._stop_requested = True
+            signal.signal(signal.SIGINT, previous)  # a second Ctrl-C interrupts immediately
+            log.warning("Ctrl-C: finishing this step, then writing a checkpoint")
+
+        signal.signal(signal.SIGINT, on_sigint)
+        first_eval: dict[str, float] = {}
+        last_eval: dict[str, float] = {}
+        try:
+            if cfg.eval.every_steps and self.step == 0:
+                first_eval = last_eval = self.evaluate()
+                self.logger.log({"step": 0, "stage": self.schedule.index, **first_eval})
+            self.logger.start_progress(cfg.total_steps, self.step)
+            while self.step < cfg.total_steps and not self._stop_requested:
+                metrics = self.train_step()
+                at_end = self.step == cfg.total_steps
+                if cfg.eval.every_steps and (self.step % cfg.eval.every_steps == 0 or at_end):
+                    last_eval = self.evaluate()
+                    metrics.update(last_eval)
+                stage_ended = self.schedule.observe(self.step, metrics)
+                self.logger.log(metrics)
+                if stage_ended:
+                    log.info("stage ended", extra={"step": self.step,
+                                                   "next_stage": self.schedule.index})
+                    self.save_checkpoint(keep=True)
+                elif (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0) or at_end:
+                    self.save_checkpoint()
+            if self._stop_requested and self.step < cfg.total_steps:
+                self.save_checkpoint()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            self.logger.stop_progress()
+        summary = {"steps": self.step, "stage": self.schedule.index,
+                   "interrupted": self.step < cfg.total_steps,
+                   "eval_first": first_eval.get("eval/accuracy"),
+                   "eval_last": last_eval.get("eval/accuracy"),
+                   "run_dir": str(self.run_dir)}
+        if cfg.log.plots:
+            from trainer.plot import plot_run
+
+            plot_run(self.run_dir)
+        return summary
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def save_checkpoint(self, keep: bool = False) -> Path:
+        """Write checkpoints/step_NNNNNN atomically (a temporary directory renamed into place,
+        then the ``latest`` pointer), so a crash never leaves a half-written checkpoint."""
+        assert self.backend is not None
+        root = self.run_dir / "checkpoints"
+        root.mkdir(exist_ok=True)
+        name = f"step_{self.step:06d}"
+        tmp = root / f".{name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.backend.save(tmp / "model")
+        self.tokenizer.save_pretrained(tmp / "model")
+        state = {"step": self.step, "sampler": self.sampler.state_dict(),
+                 "controller": self.controller.state_dict(),
+                 "schedule": self.schedule.state_dict(), "keep": keep}
+        (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
+        final = root / name
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        (root / "latest.tmp").write_text(name)
+        (root / "latest.tmp").rename(root / "latest")
+        self._prune(root)
+        log.info("checkpoint saved", extra={"path": str(final)})
+        return final
+
+    def _prune(self, root: Path) -> None:
+        steps = sorted(p for p in root.glob("step_*") if p.is_dir())
+        plain = [p for p in steps
+                 if not json.loads((p / STATE_FILE).read_text()).get("keep")]
+        for p in plain[: max(0, len(plain) - self.cfg.keep_checkpoints)]:
+            shutil.rmtree(p, ignore_errors=True)
+
+    def latest_checkpoint(self) -> Path | None:
+        pointer = self.run_dir / "checkpoints" / "latest"
+        if not pointer.exists():
+            return None
+        path = pointer.parent / pointer.read_text().strip()
+        return path if (path / STATE_FILE).exists() else None
+
+    def _restore(self, ckpt: Path) -> None:
+        assert self.backend is not None
+        self.backend.load(ckpt / "model")
+        state = json.loads((ckpt / STATE_FILE).read_text())
+        self.step = int(state["step"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.controller.load_state_dict(state["controller"])
+        self.schedule.load_state_dict(state["schedule"])
+        log.info("resumed", extra={"checkpoint": str(ckpt), "step": self.step})
+
+    def close(self) -> None:
+        for obj in (self.engine,):
+            if obj is not None:
+                obj.close()
+        if getattr(self, "client", None) is not None:
+            self.client.close()
+        if self._local_verifier is not None:
+            self._local_verifier.stop()
+            self._local_verifier = None
+        if getattr(self, "logger", None) is not None:
+            self.logger.close()
+
+
+def _reward_metrics(problems: list[Problem], completions: list[Completion],
+                    rewards: torch.Tensor, truncated: torch.Tensor, G: int) -> dict[str, float]:
+    out = {"reward/mean": float(rewards.mean()),
+           "response_length/mean": sum(len(c.token_ids) for c in completions) / len(completions),
+           "response_length/max": max(len(c.token_ids) for c in completions),
+           "truncated/frac": float(truncated.float().mean()),
+           "reward/solve_none_frac": float((rewards.view(-1, G).max(dim=1).values == 0).float().mean()),
+           "reward/solve_all_frac": float((rewards.view(-1, G).min(dim=1).values == 1).float().mean())}
+    by_src: dict[str, list[float]] = defaultdict(list)
+    for c, r in zip(completions, rewards.tolist()):
+        by_src[problems[c.prompt_index].data_source or "default"].append(r)
+    for src, rs in by_src.items():
+        out[f"reward/by_source/{src}"] = sum(rs) / len(rs)
+    return out
+
+
+def _yaml(data: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False)
+
