@@ -185,9 +185,11 @@ class Trainer:
         t0 = time.monotonic()
         self.engine.wake_up()
         completions = self.engine.generate([self.prompt_ids(p) for p in problems], params,
-                                           on_done=on_done)
+                                           on_done=on_done if cfg.verifier.stream else None)
         self.engine.sleep()
         t_generate = time.monotonic() - t0
+        if not cfg.verifier.stream:
+            on_done(completions)
         results, t_verify_wait = rewards_stream.wait(cfg.verifier.timeout_s)
 
         ids = [f"{step}:{c.prompt_index}:{c.sample_index}" for c in completions]

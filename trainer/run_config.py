@@ -44,6 +44,9 @@ class VerifierSettings:
     """Workers of the local verifier (ignored with ``addr``)."""
     timeout_s: float = 1800.0
     """Longest wait for a step's rewards after generation ends, seconds; past it the step fails."""
+    stream: bool = True
+    """Send each finished generation chunk to the verifier at once (overlap, the default);
+    False waits for the whole batch first (for comparison: benchmarks/bench_trainer.py)."""
     connect_timeout_s: float = 30.0
     """How long to wait at start-up for the verifier to answer health checks, seconds; an
     unreachable verifier is an error before any model is loaded."""
