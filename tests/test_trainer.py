@@ -331,3 +331,20 @@ def test_sampler_resumes_exactly() -> None:
     b = PromptSampler(10, seed=4)
     b.load_state_dict(state)
     assert b.next(9) == rest and sorted(first + rest[:3]) == list(range(10))
+
+
+@pytest.mark.parametrize("name", ["skywork_or1_7b", "skywork_or1_32b"])
+def test_report_recipes_load_with_the_released_values(name) -> None:
+    """DESIGN.md 4's table, as the shipped recipe configs state it."""
+    cfg = load_config(ROOT / "trainer" / "configs" / f"{name}.yaml", ["data.train_files=[x.parquet]"])
+    m = cfg.magic
+    assert (m.prompts_per_step, m.group_size) == (256, 16)
+    assert (m.temperature, m.top_p, m.top_k, m.max_prompt_length) == (1.0, 1.0, -1, 2048)
+    assert [s.max_response_length for s in m.stages] == [8192, 16384, 32768]
+    assert (m.lr, tuple(m.betas), m.weight_decay, m.grad_clip) == (1e-6, (0.9, 0.999), 0.01, 1.0)
+    assert m.kl_coef == 0.0 and m.off_policy().is_on_policy
+    assert (m.entropy_mode, m.entropy_target, m.entropy_delta) == ("adaptive", 0.2, 1e-4)
+    assert (m.entropy_coef_min, m.entropy_coef_max, m.entropy_coef_init) == (0.0, 0.005, 0.0)
+    assert (m.clip_low, m.clip_high, m.mask_mode, m.online_filter) == (0.2, 0.2, "none", True)
+    assert (cfg.eval.n_samples, cfg.eval.temperature, cfg.eval.max_tokens) == (32, 0.6, 32768)
+    assert cfg.engine.kind == "vllm" and cfg.backend.kind == "deepspeed"

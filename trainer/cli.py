@@ -1,8 +1,12 @@
-"""``trainer`` command line: ``run`` and ``plot``.
+"""``trainer`` command line: ``run``, ``plot``, ``eval`` and ``filter``.
 
     trainer run --config FILE [--verifier-addr ADDR[,ADDR...]] [key=value ...]
     trainer run --resume runs/NAME [key=value ...]
     trainer plot runs/NAME
+    trainer eval --model PATH --dataset aime24|aime25|lcb|FILE [--k 32] [--temperature 0.6]
+                 [--top-p 1.0] [--max-tokens 32768] [--verifier-addr ADDR] [--engine hf|vllm]
+    trainer filter --model PATH --input FILE --output FILE [--k 16 --lo 1 --hi 15]
+    trainer filter --released-difficulty MODEL --input FILE --output FILE
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 log = logging.getLogger("trainer")
@@ -74,6 +79,132 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _engine_args(ap: argparse.ArgumentParser) -> None:
+    g = ap.add_argument_group("rollout engine (trainer.engines.EngineConfig)")
+    g.add_argument("--engine", choices=("hf", "vllm"), default="hf",
+                   help="hf: Hugging Face generate (CPU, small models); vllm: production")
+    g.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    g.add_argument("--chunk-size", type=int, default=8,
+                   help="prompts per chunk handed to the verifier as it finishes (hf: per batch)")
+    g.add_argument("--tensor-parallel-size", type=int, default=1, help="vllm: GPUs per engine")
+    g.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                   help="vllm: share of GPU memory for weights + KV cache (no trainer shares it)")
+    g.add_argument("--max-model-len", type=int, default=None,
+                   help="vllm: longest prompt + response, tokens (default: the model's)")
+    g.add_argument("--enforce-eager", action="store_true", help="vllm: no CUDA graphs")
+    g.add_argument("--kv-cache-gib", type=float, default=None, help="vllm: explicit KV cache size")
+    g.add_argument("--tokenizer", default=None, help="tokenizer directory (default: --model)")
+    g.add_argument("--verifier-addr", default=None,
+                   help="HOST:PORT[,HOST:PORT...] of a verifier; default: start a local one")
+    g.add_argument("--verifier-workers", type=int, default=2,
+                   help="workers of the local verifier (without --verifier-addr)")
+
+
+def _engine_config(args: argparse.Namespace):
+    from trainer.engines import EngineConfig
+
+    return EngineConfig(kind=args.engine, dtype=args.dtype, chunk_size=args.chunk_size,
+                        tensor_parallel_size=args.tensor_parallel_size,
+                        gpu_memory_utilization=args.gpu_memory_utilization,
+                        max_model_len=args.max_model_len, enforce_eager=args.enforce_eager,
+                        kv_cache_gib=args.kv_cache_gib, enable_sleep_mode=False)
+
+
+def _user_error(e: Exception) -> int:
+    Console(stderr=True).print(f"[red]error:[/red] {escape(str(e))}")
+    return 2
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from trainer.data import DataError
+    from trainer.evaluation import EvalOptions, dataset_name, run_eval
+    from trainer.hf_utils import CheckpointError
+    from trainer.rewards import RewardError
+    from verifier.evaluate import eval_table
+
+    window = None if args.lcb_all_dates else (args.lcb_start, args.lcb_end)
+    try:
+        opts = EvalOptions(
+            model=args.model, dataset=args.dataset, output_dir=args.output_dir,
+            lcb_files=list(args.lcb_file or []), lcb_window=window, k=args.k,
+            temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+            max_tokens=args.max_tokens, seed=args.seed, tokenizer=args.tokenizer,
+            instruction_suffix=args.instruction_suffix, limit=args.limit,
+            skip_invalid=args.skip_invalid, allow_errors=args.allow_errors,
+            verifier_addr=args.verifier_addr, verifier_workers=args.verifier_workers,
+            timeout_s=args.timeout_s, engine=_engine_config(args))
+        summary = run_eval(opts)
+    except (DataError, CheckpointError, RewardError, ValueError) as e:
+        return _user_error(e)
+    title = (f"trainer eval: {Path(args.model).name} on {dataset_name(args.dataset)} "
+             f"(k={summary['k']}, {summary['n_problems']} problems, "
+             f"temperature {args.temperature}, max {args.max_tokens} tokens)")
+    Console().print(eval_table(summary, title=title))
+    out = Path(summary["output_dir"])
+    print(f"generations: {out / 'generations.jsonl'}\nsummary:     {out / 'summary.json'}")
+    return 0
+
+
+def cmd_filter(args: argparse.Namespace) -> int:
+    from trainer.data import DEFAULT_SUFFIX, DataError
+    from trainer.filtering import FilterError, FilterOptions, load_for_filter, released_filter
+    from trainer.hf_utils import CheckpointError
+    from trainer.rewards import RewardError
+
+    if (args.model is None) == (args.released_difficulty is None):
+        return _user_error(ValueError("give --model PATH (sample and score) or "
+                                      "--released-difficulty MODEL (use the data's own field)"))
+    try:
+        opts = FilterOptions(
+            input=args.input, output=args.output, kept_output=args.kept_output, k=args.k,
+            lo=args.lo, hi=args.hi, temperature=args.temperature, top_p=args.top_p,
+            top_k=args.top_k, max_tokens=args.max_tokens, seed=args.seed,
+            batch_size=args.batch_size,
+            instruction_suffix=DEFAULT_SUFFIX if args.instruction_suffix is None
+            else args.instruction_suffix,
+            skip_invalid=args.skip_invalid, allow_errors=args.allow_errors,
+            difficulty_key=args.difficulty_key, model_id=str(args.model or ""),
+            timeout_s=args.timeout_s)
+        if args.released_difficulty is not None:
+            report = released_filter(opts, args.released_difficulty)
+        else:
+            report = _filter_with_model(args, opts, load_for_filter(opts))
+    except (DataError, CheckpointError, RewardError, FilterError, ValueError) as e:
+        return _user_error(e)
+    table = Table(title=f"trainer filter: keep {args.lo} <= pass_count <= {args.hi} of {args.k}")
+    table.add_column("pass_count", justify="right")
+    table.add_column("problems", justify="right")
+    for c, n in report.histogram.items():
+        table.add_row(str(c), str(n))
+    Console().print(table)
+    print(f"rows {report.rows}, scored {report.scored}, kept {report.kept}, "
+          f"skipped invalid {report.skipped_invalid}, batches run now "
+          f"{len(report.batches_run)}/{report.batches_total}")
+    print(f"all rows: {report.output}\nkept:     {report.kept_output}")
+    return 0
+
+
+def _filter_with_model(args: argparse.Namespace, opts, loaded):
+    """Sample with a real engine on ``args.model`` and score through a verifier."""
+    from trainer.engines import check_model_path, create_engine
+    from trainer.evaluation import verifier_connection
+    from trainer.filtering import run_filter
+    from trainer.hf_utils import chat_prompt_ids, load_tokenizer
+
+    check_model_path(args.model)
+    tokenizer = load_tokenizer(args.tokenizer or args.model)
+    usable = [r.problem for r in loaded.rows if r.problem is not None]
+    if usable:
+        chat_prompt_ids(tokenizer, usable[0].messages)  # no chat template: fail before loading
+    with verifier_connection(args.verifier_addr, args.verifier_workers) as client:
+        engine = create_engine(_engine_config(args), args.model, tokenizer)
+        try:
+            return run_filter(opts, engine, client,
+                              lambda p: chat_prompt_ids(tokenizer, p.messages), loaded)
+        finally:
+            engine.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="trainer", description="MAGIC RL trainer")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -87,6 +218,73 @@ def main(argv: list[str] | None = None) -> int:
     plot = sub.add_parser("plot", help="write PNG plots of a run")
     plot.add_argument("run_dir")
     plot.set_defaults(fn=cmd_plot)
+
+    ev = sub.add_parser("eval", help="generate k samples per problem and report avg@k / pass@k",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ev.add_argument("--model", required=True, help="local Hugging Face checkpoint directory")
+    ev.add_argument("--dataset", required=True,
+                    help="aime24 | aime25 (../shared/data/eval/*.parquet) | lcb (needs "
+                         "--lcb-file) | a JSONL or parquet file in any loader format")
+    ev.add_argument("--lcb-file", action="append", metavar="PATH",
+                    help="local LiveCodeBench code_generation_lite release JSONL (repeatable)")
+    ev.add_argument("--lcb-start", default="2024-08-01",
+                    help="first contest_date kept (inclusive; the report's window)")
+    ev.add_argument("--lcb-end", default="2025-02-01", help="last contest_date kept (inclusive)")
+    ev.add_argument("--lcb-all-dates", action="store_true", help="no contest-date window")
+    ev.add_argument("--k", type=int, default=None,
+                    help="samples per problem (avg@k); default: the report's, 32 for AIME and "
+                         "math files, 4 for LiveCodeBench and files with code")
+    ev.add_argument("--temperature", type=float, default=0.6)
+    ev.add_argument("--top-p", type=float, default=1.0)
+    ev.add_argument("--top-k", type=int, default=-1, help="-1: off")
+    ev.add_argument("--max-tokens", type=int, default=32768, help="response limit, tokens")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--output-dir", type=Path, default=None,
+                    help="where generations.jsonl, results.jsonl and summary.json go "
+                         "(default: runs/eval/<model>-<dataset>)")
+    ev.add_argument("--instruction-suffix", default=None,
+                    help="appended to math prompts (default: the report's \\boxed{} suffix)")
+    ev.add_argument("--limit", type=int, default=None, help="first N problems only")
+    ev.add_argument("--skip-invalid", action="store_true",
+                    help="skip malformed rows (counted) instead of failing")
+    ev.add_argument("--allow-errors", action="store_true",
+                    help="count responses the verifier could not judge as incorrect")
+    ev.add_argument("--timeout-s", type=float, default=3600.0,
+                    help="longest wait for verdicts after generation ends, seconds")
+    _engine_args(ev)
+    ev.set_defaults(fn=cmd_eval)
+
+    fl = sub.add_parser("filter", help="offline difficulty filter: keep problems solved in "
+                        "[lo, hi] of k samples", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    fl.add_argument("--model", default=None, help="local checkpoint that samples the responses")
+    fl.add_argument("--released-difficulty", metavar="MODEL", default=None,
+                    help="sample nothing: use extra_info.model_difficulty[MODEL] of the data "
+                         "(e.g. DeepSeek-R1-Distill-Qwen-7B), as Skywork's release does")
+    fl.add_argument("--input", required=True, type=Path, help="JSONL or parquet, any loader format")
+    fl.add_argument("--output", required=True, type=Path,
+                    help="every row with pass_count/pass_k (same format as the input)")
+    fl.add_argument("--kept-output", type=Path, default=None,
+                    help="the kept rows (default: <output>.kept.<ext>)")
+    fl.add_argument("--k", type=int, default=16, help="samples per problem")
+    fl.add_argument("--lo", type=int, default=1, help="keep pass_count >= lo")
+    fl.add_argument("--hi", type=int, default=15, help="keep pass_count <= hi")
+    fl.add_argument("--temperature", type=float, default=1.0)
+    fl.add_argument("--top-p", type=float, default=1.0)
+    fl.add_argument("--top-k", type=int, default=-1)
+    fl.add_argument("--max-tokens", type=int, default=32768)
+    fl.add_argument("--seed", type=int, default=0, help="batch b samples with seed + b")
+    fl.add_argument("--batch-size", type=int, default=64,
+                    help="problems per generate call and per saved progress record")
+    fl.add_argument("--difficulty-key", default=None,
+                    help="key under extra_info.model_difficulty for verl rows (default: the "
+                         "model directory's name)")
+    fl.add_argument("--instruction-suffix", default=None,
+                    help="appended to math prompts (default: the report's \\boxed{} suffix)")
+    fl.add_argument("--skip-invalid", action="store_true")
+    fl.add_argument("--allow-errors", action="store_true")
+    fl.add_argument("--timeout-s", type=float, default=3600.0)
+    _engine_args(fl)
+    fl.set_defaults(fn=cmd_filter)
     args = ap.parse_args(argv)
     _setup_logging()
     return args.fn(args)

@@ -149,6 +149,14 @@ class Trainer:
                               weight_decay=m.weight_decay, grad_clip=m.grad_clip,
                               seed=self.cfg.seed)
         self.backend = create_backend(backend_cfg, model_path)
+        if self.backend.world_size > 1:
+            # Not silently redundant work: every rank would otherwise run the whole loop on the
+            # same prompts. The backends are multi-rank exact (tests/test_deepspeed.py); the
+            # loop does not yet shard rollouts, rewards, logging and checkpoints across ranks.
+            raise NotImplementedError(
+                f"trainer run is single-process for now (this is rank {self.backend.rank} of "
+                f"{self.backend.world_size}); launch one process per node and use "
+                "engine.tensor_parallel_size for bigger models")
         self.engine = create_engine(self.cfg.engine, model_path, self.tokenizer)
 
     # -- prompts ---------------------------------------------------------------------------
@@ -249,7 +257,10 @@ class Trainer:
 
     # -- evaluation ------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
-        """avg@k on the held-out problems through the verifier (same code as training)."""
+        """avg@k on the held-out problems through the verifier: the same code as ``trainer
+        eval`` (trainer/evaluation.py), so the numbers agree with ``verifier eval``."""
+        from trainer.evaluation import generate_and_score, summarize_run, trainer_metrics
+
         e = self.cfg.eval
         assert self.engine is not None
         if not self.eval_problems:
@@ -259,28 +270,18 @@ class Trainer:
                                 top_k=-1,
                                 max_tokens=e.max_tokens or self.schedule.max_response_length,
                                 seed=_seed(self.cfg, self.step, 2))
-        stream = RewardStream(self.client)
         probs = self.eval_problems
-
-        def on_done(chunk: list[Completion]) -> None:
-            stream.submit([probs[c.prompt_index].verifier_item(
-                f"eval{self.step}:{c.prompt_index}:{c.sample_index}", c.text) for c in chunk])
-
+        engine = self.engine
         self.engine.wake_up()
-        comps = self.engine.generate([self.prompt_ids(p) for p in probs], params, on_done=on_done)
-        self.engine.sleep()
-        results, _ = stream.wait(self.cfg.verifier.timeout_s)
-        check_verdicts(results)
-        by_source: dict[str, list[float]] = defaultdict(list)
-        for c in comps:
-            r = results[f"eval{self.step}:{c.prompt_index}:{c.sample_index}"]
-            by_source[probs[c.prompt_index].data_source or "eval"].append(r.reward)
-        out: dict[str, float] = {}
-        everything: list[float] = []
-        for src, rs in sorted(by_source.items()):
-            out[f"eval/{src}/avg@{e.n_samples}"] = sum(rs) / len(rs)
-            everything += rs
-        out["eval/accuracy"] = sum(everything) / len(everything)
+        try:
+            run = generate_and_score(engine, self.client, probs,
+                                     [self.prompt_ids(p) for p in probs], params,
+                                     timeout_s=self.cfg.verifier.timeout_s,
+                                     after_generate=lambda _c: engine.sleep())
+        except BaseException:
+            engine.sleep()
+            raise
+        out = trainer_metrics(summarize_run(run, e.n_samples))  # RewardError if unjudged
         out["time/eval"] = time.monotonic() - t0
         return out
 

@@ -1,0 +1,359 @@
+"""Evaluation through the rollout engine and the verifier, shared by ``trainer eval``, the
+offline filter (trainer/filtering.py) and evaluation during training (``Trainer.evaluate``).
+
+One pass (:func:`generate_and_score`): k samples per problem from a RolloutEngine, each finished
+chunk streamed to the verifier while generation goes on (trainer/rewards.py), results matched
+by wire id. The metrics and the table are verifier/evaluate.py's (``summarize``,
+``eval_table``): avg@k, unbiased pass@k and standard errors, overall and per data source,
+exactly what ``verifier eval`` reports for the same generations file.
+
+``trainer eval`` (:func:`run_eval`) writes into its output directory:
+
+- ``generations.jsonl``: ``{"id", "domain", "ground_truth", "data_source", "responses": [k]}``
+  per problem, the input format of ``verifier eval`` (written as soon as generation ends, so a
+  verifier failure never loses the generations);
+- ``results.jsonl``: one verdict per response (status, reward, detail);
+- ``summary.json``: ``verifier eval``'s summary plus the model, dataset, sampling settings and
+  generation statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from trainer.data import LCB_REPORT_WINDOW, DataError, Problem, load_dataset
+from trainer.interfaces import Completion, RolloutEngine, SamplingParams
+from trainer.rewards import RewardError, RewardStream
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[1]
+EVAL_DATA_DIR = ROOT.parent / "shared" / "data" / "eval"
+"""Where ``--dataset aime24|aime25`` look: ``../shared/data/eval/<name>.parquet`` relative to
+the repository (DESIGN.md 7)."""
+
+NAMED_DATASETS = ("aime24", "aime25", "lcb")
+REPORT_K = {"aime24": 32, "aime25": 32, "lcb": 4}
+"""The report's k of avg@k: AIME24/25 avg@32, LiveCodeBench avg@4 (DESIGN.md 4)."""
+
+EVAL_SOURCE = "eval"
+"""``Trainer.evaluate``'s name for problems without a data_source (metric ``eval/eval/avg@k``)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# One generate-and-score pass
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class ScoredRun:
+    """k responses per problem and their verdicts."""
+
+    problems: list[Any]
+    """``verifier.evaluate.Problem`` per problem (``line`` = 1-based position), responses
+    filled in; their ``wire_id(j)`` keys ``results``."""
+    results: dict[str, Any]
+    """``verifier.items.Result`` by wire id."""
+    completions: list[list[Completion]]
+    """Per problem, its completions in sample order."""
+    generate_s: float
+    verify_wait_s: float
+
+    def correct(self) -> list[list[bool]]:
+        return [[self.results[p.wire_id(j)].correct for j in range(len(p.responses))]
+                for p in self.problems]
+
+    def statuses(self, i: int) -> list[str]:
+        p = self.problems[i]
+        return [self.results[p.wire_id(j)].status.value for j in range(len(p.responses))]
+
+
+def _eval_problem(i: int, p: Problem, responses: list[str]) -> Any:
+    from verifier.evaluate import Problem as EvalProblem
+
+    return EvalProblem(i + 1, p.id, p.domain, p.ground_truth, p.data_source, responses)
+
+
+def generate_and_score(engine: RolloutEngine, client: Any, problems: Sequence[Problem],
+                       prompts: Sequence[Sequence[int]], params: SamplingParams, *,
+                       timeout_s: float = 3600.0,
+                       after_generate: Callable[[list[Completion]], None] | None = None,
+                       ) -> ScoredRun:
+    """Sample ``params.n`` responses per problem and score every one through ``client`` (a
+    ``VerifierClient``), streaming each finished chunk while generation continues.
+
+    ``after_generate(completions)`` runs when generation has ended, before waiting for the
+    remaining verdicts (the trainer puts its engine to sleep there; ``trainer eval`` writes
+    the generations file). Raises RewardError when the verifier fails or times out; verdicts
+    that are not a judgement (INVALID_INPUT, ...) are returned as they are: see
+    :func:`summarize_run`.
+    """
+    if len(prompts) != len(problems):
+        raise ValueError(f"{len(problems)} problems but {len(prompts)} prompts")
+    stream = RewardStream(client)
+
+    def wire(c: Completion) -> str:
+        return f"{c.prompt_index + 1}:{c.sample_index}"
+
+    def on_done(chunk: list[Completion]) -> None:
+        stream.submit([problems[c.prompt_index].verifier_item(wire(c), c.text) for c in chunk])
+
+    t0 = time.monotonic()
+    try:
+        completions = engine.generate(prompts, params, on_done=on_done)
+    except BaseException:
+        try:  # close the stream (its thread would otherwise wait for more items)
+            stream.wait(timeout_s=10.0)
+        except RewardError:
+            pass
+        raise
+    generate_s = time.monotonic() - t0
+    per_problem: list[list[Completion]] = [[] for _ in problems]
+    for c in completions:
+        per_problem[c.prompt_index].append(c)
+    for i, cs in enumerate(per_problem):
+        cs.sort(key=lambda c: c.sample_index)
+        if len(cs) != params.n:
+            raise RewardError(f"the engine returned {len(cs)} samples for problem "
+                              f"{problems[i].id!r}, expected {params.n}")
+    if after_generate is not None:
+        after_generate(completions)
+    results, waited = stream.wait(timeout_s)
+    run_problems = [_eval_problem(i, p, [c.text for c in per_problem[i]])
+                    for i, p in enumerate(problems)]
+    return ScoredRun(run_problems, results, per_problem, generate_s, waited)
+
+
+def summarize_run(run: ScoredRun, k: int, allow_errors: bool = False) -> dict[str, Any]:
+    """``verifier eval``'s summary of a run (avg@k, pass@1, pass@k, stderr, by_source).
+    Responses the verifier could not judge raise RewardError naming them, unless
+    ``allow_errors`` (then they count as incorrect and the summary says so)."""
+    from verifier.evaluate import error_message, summarize
+
+    problem = error_message(run.problems, run.results)
+    if problem is not None and not allow_errors:
+        raise RewardError(problem)
+    return summarize(run.problems, run.results, k, allow_errors=allow_errors)
+
+
+def trainer_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    """The training loop's evaluation metrics (DESIGN.md 3.3): ``eval/accuracy`` (avg@k over
+    all problems) and ``eval/<data_source>/avg@k``."""
+    from verifier.evaluate import NO_SOURCE
+
+    k = summary["k"]
+    out: dict[str, float] = {}
+    for src, s in summary["by_source"].items():
+        out[f"eval/{EVAL_SOURCE if src == NO_SOURCE else src}/avg@{k}"] = s["avg@k"]
+    out["eval/accuracy"] = summary["avg@k"]
+    return out
+
+
+def generation_stats(run: ScoredRun) -> dict[str, float]:
+    comps = [c for cs in run.completions for c in cs]
+    return {"seconds": run.generate_s, "verify_wait_seconds": run.verify_wait_s,
+            "responses": len(comps),
+            "mean_response_tokens": sum(len(c.token_ids) for c in comps) / max(1, len(comps)),
+            "truncated_frac": sum(c.truncated for c in comps) / max(1, len(comps))}
+
+
+def generations_records(problems: Sequence[Problem],
+                        completions: Sequence[Completion]) -> list[dict[str, Any]]:
+    """``verifier eval`` input lines for ``completions`` of ``problems``."""
+    responses: list[list[tuple[int, str]]] = [[] for _ in problems]
+    for c in completions:
+        responses[c.prompt_index].append((c.sample_index, c.text))
+    return [{"id": p.id, "domain": p.domain, "ground_truth": p.ground_truth,
+             "data_source": p.data_source, "responses": [t for _, t in sorted(rs)]}
+            for p, rs in zip(problems, responses)]
+
+
+def write_jsonl(path: Path, records: Any) -> None:
+    """Write records atomically (a temporary file renamed into place)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for rec in records:
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# trainer eval
+# ---------------------------------------------------------------------------------------------
+
+def resolve_dataset(dataset: str, lcb_files: Sequence[str | Path] = ()) -> list[Path]:
+    """Files for ``--dataset``: aime24/aime25 from EVAL_DATA_DIR, lcb from ``lcb_files`` (local
+    LiveCodeBench release JSONL files), anything else a path. DataError naming what is missing."""
+    if dataset in ("aime24", "aime25"):
+        path = EVAL_DATA_DIR / f"{dataset}.parquet"
+        if not path.exists():
+            raise DataError(f"--dataset {dataset}: {path} does not exist (the AIME files live in "
+                            "../shared/data/eval/ relative to the repository)")
+        return [path]
+    if dataset == "lcb":
+        if not lcb_files:
+            raise DataError("--dataset lcb needs --lcb-file PATH: a local LiveCodeBench "
+                            "code_generation_lite release JSONL (nothing is downloaded; see "
+                            "datasets/README.md)")
+        paths = [Path(p) for p in lcb_files]
+        for p in paths:
+            if not p.exists():
+                raise DataError(f"--lcb-file {p} does not exist")
+        return paths
+    path = Path(dataset)
+    if not path.exists():
+        raise DataError(f"--dataset {dataset!r} is neither one of {', '.join(NAMED_DATASETS)} "
+                        "nor an existing file")
+    return [path]
+
+
+def default_k(dataset: str, problems: Sequence[Problem]) -> int:
+    """The report's k: 32 for AIME (and all-math files), 4 for LiveCodeBench (and files with
+    code problems)."""
+    if dataset in REPORT_K:
+        return REPORT_K[dataset]
+    return 32 if all(p.domain == "math" for p in problems) else 4
+
+
+def dataset_name(dataset: str) -> str:
+    return dataset if dataset in NAMED_DATASETS else Path(dataset).stem
+
+
+@dataclass
+class EvalOptions:
+    """``trainer eval``: generate k samples per problem and report avg@k / pass@k."""
+
+    model: str
+    dataset: str
+    output_dir: Path | None = None
+    """Default: runs/eval/<model dir name>-<dataset>."""
+    lcb_files: list[str] = field(default_factory=list)
+    lcb_window: tuple[str | None, str | None] | None = LCB_REPORT_WINDOW
+    k: int | None = None
+    temperature: float = 0.6
+    top_p: float = 1.0
+    top_k: int = -1
+    max_tokens: int = 32768
+    seed: int = 0
+    tokenizer: str | None = None
+    instruction_suffix: str | None = None
+    """None: the report's math suffix (trainer.data.DEFAULT_SUFFIX)."""
+    limit: int | None = None
+    """Evaluate the first N problems only."""
+    skip_invalid: bool = False
+    allow_errors: bool = False
+    verifier_addr: str | None = None
+    verifier_workers: int = 2
+    timeout_s: float = 3600.0
+    """Longest wait for the verdicts after generation ends, seconds."""
+    engine: Any = None
+    """trainer.engines.EngineConfig (None: the HF engine's defaults)."""
+
+
+def default_output_dir(opts: EvalOptions) -> Path:
+    return ROOT / "runs" / "eval" / f"{Path(opts.model).name}-{dataset_name(opts.dataset)}"
+
+
+class verifier_connection:  # noqa: N801 - a context manager used like a function
+    """A connected VerifierClient: to ``addr``, or to a local ``verifier serve`` child started
+    for the job and stopped after (DESIGN.md 3.2)."""
+
+    def __init__(self, addr: str | None, workers: int = 2, connect_timeout_s: float = 60.0):
+        self.addr, self.workers, self.connect_timeout_s = addr, workers, connect_timeout_s
+        self.local = None
+        self.client = None
+
+    def __enter__(self) -> Any:
+        from verifier.client import ClientConfig, VerifierClient
+
+        addr = self.addr
+        if addr is None:
+            from verifier.local import LocalVerifier
+
+            self.local = LocalVerifier(workers=self.workers)
+            addr = self.local.address
+            if self.local.sandbox_problem:
+                log.warning("the local verifier's sandbox is unavailable; code items will get "
+                            "SANDBOX_ERROR: %s", self.local.sandbox_problem)
+        # An evaluation is one long stream: allow far more than the library default.
+        self.client = VerifierClient(addr, ClientConfig(timeout_s=24 * 3600.0))
+        try:
+            self.client.wait_ready(timeout_s=self.connect_timeout_s)
+        except Exception as e:
+            self.__exit__(None, None, None)
+            raise RewardError(f"verifier at {addr} is not reachable: {e}") from e
+        return self.client
+
+    def __exit__(self, *exc: object) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        if self.local is not None:
+            self.local.stop()
+            self.local = None
+
+
+def run_eval(opts: EvalOptions, engine: RolloutEngine | None = None) -> dict[str, Any]:
+    """``trainer eval``: every check that can fail (dataset, k, tokenizer, chat template) runs
+    before the model is loaded. Returns the summary (also written to summary.json). ``engine``
+    replaces the one built from ``opts.engine`` (tests)."""
+    from trainer.data import DEFAULT_SUFFIX
+    from trainer.engines import EngineConfig, check_model_path, create_engine
+    from trainer.hf_utils import chat_prompt_ids, load_tokenizer
+
+    files = resolve_dataset(opts.dataset, opts.lcb_files)
+    suffix = DEFAULT_SUFFIX if opts.instruction_suffix is None else opts.instruction_suffix
+    loaded = load_dataset(files, instruction_suffix=suffix, skip_invalid=opts.skip_invalid,
+                          date_window=opts.lcb_window)
+    problems = loaded.problems[: opts.limit] if opts.limit else loaded.problems
+    k = opts.k if opts.k is not None else default_k(opts.dataset, problems)
+    if k < 1:
+        raise ValueError(f"--k must be >= 1, got {k}")
+    params = SamplingParams(n=k, temperature=opts.temperature, top_p=opts.top_p,
+                            top_k=opts.top_k, max_tokens=opts.max_tokens, seed=opts.seed)
+    from trainer.engines import check_sampling_params
+
+    check_sampling_params(params)
+    if engine is None:
+        check_model_path(opts.model)
+    tokenizer = load_tokenizer(opts.tokenizer or opts.model)
+    prompts = [chat_prompt_ids(tokenizer, p.messages) for p in problems]
+    out_dir = Path(opts.output_dir) if opts.output_dir else default_output_dir(opts)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log.info("evaluating %s on %s: %d problems x %d samples", opts.model, opts.dataset,
+             len(problems), k)
+
+    def save_generations(completions: list[Completion]) -> None:
+        write_jsonl(out_dir / "generations.jsonl", generations_records(problems, completions))
+
+    own_engine = engine is None
+    engine_kind = (opts.engine or EngineConfig()).kind if own_engine else type(engine).__name__
+    with verifier_connection(opts.verifier_addr, opts.verifier_workers) as client:
+        if own_engine:
+            engine = create_engine(opts.engine or EngineConfig(), opts.model, tokenizer)
+        try:
+            run = generate_and_score(engine, client, problems, prompts, params,
+                                     timeout_s=opts.timeout_s, after_generate=save_generations)
+        finally:
+            if own_engine:
+                engine.close()
+    from verifier.evaluate import response_records
+
+    write_jsonl(out_dir / "results.jsonl", response_records(run.problems, run.results))
+    summary = summarize_run(run, k, opts.allow_errors)
+    summary.update({
+        "model": str(opts.model), "dataset": opts.dataset, "files": [str(f) for f in files],
+        "sampling": asdict(params), "generation": generation_stats(run),
+        "skipped_rows": loaded.skipped, "outside_window": loaded.outside_window,
+        "lcb_window": list(opts.lcb_window) if opts.lcb_window else None,
+        "engine": engine_kind,
+        "output_dir": str(out_dir),
+    })
+    summary["input"] = str(out_dir / "generations.jsonl")
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return summary
