@@ -348,3 +348,41 @@ def test_report_recipes_load_with_the_released_values(name) -> None:
     assert (m.clip_low, m.clip_high, m.mask_mode, m.online_filter) == (0.2, 0.2, "none", True)
     assert (cfg.eval.n_samples, cfg.eval.temperature, cfg.eval.max_tokens) == (32, 0.6, 32768)
     assert cfg.engine.kind == "vllm" and cfg.backend.kind == "deepspeed"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_two_data_parallel_ranks_under_the_deepspeed_launcher(data, policy, tmp_path) -> None:
+    """`trainer run` under `deepspeed --num_gpus 2`: each rank generates and verifies its half
+    of the prompts, the DeepSpeed update averages over both, both engines receive the same
+    weights, rank 0 alone writes the run directory, and a resume continues from the shared
+    checkpoint."""
+    import shutil as sh
+
+    from trainer.backends.deepspeed_backend import free_port
+
+    exe = sh.which("deepspeed", path=str(Path(sys.executable).parent))
+    assert exe is not None, "the deepspeed launcher is not installed next to this Python"
+    args = overrides(data, tmp_path, policy, total_steps=3, eval__every_steps=2,
+                     checkpoint_every=2, backend__kind="deepspeed", backend__zero_stage=2,
+                     magic__prompts_per_step=4, magic__mini_batch_size=2)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+    def launch(*extra: str) -> subprocess.CompletedProcess:
+        cmd = [exe, "--num_gpus", "2", "--master_port", str(free_port()), "--module",
+               "trainer.cli", "run", *extra]
+        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=500)
+
+    r = launch("--config", "trainer/configs/demo.yaml", *args)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    run = tmp_path / "t"
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in rows] == [0, 1, 2, 3]  # one writer: no duplicate rows
+    assert all(x["filtered/frac"] <= 1.0 for x in rows[1:])
+    assert "eval/accuracy" in rows[2]
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step_000003"
+    # resume from the 3-step run to 4 steps, still with two ranks
+    r2 = launch("--resume", str(run), "total_steps=4")
+    assert r2.returncode == 0, r2.stdout[-4000:] + r2.stderr[-4000:]
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in rows] == [0, 1, 2, 3, 4]

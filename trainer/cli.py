@@ -111,7 +111,7 @@ def _engine_config(args: argparse.Namespace):
 
 
 def _user_error(e: Exception) -> int:
-    Console(stderr=True).print(f"[red]error:[/red] {escape(str(e))}")
+    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(str(e))}")
     return 2
 
 
@@ -207,6 +207,10 @@ def _filter_with_model(args: argparse.Namespace, opts, loaded):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="trainer", description="MAGIC RL trainer")
+    # The deepspeed launcher passes --local_rank=N to every rank; the rank comes from the
+    # environment (RANK, LOCAL_RANK) it also sets.
+    ap.add_argument("--local_rank", "--local-rank", type=int, default=None,
+                    help=argparse.SUPPRESS)
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="train (or resume) a run")
     run.add_argument("--config", help="YAML config (see trainer/configs/)")

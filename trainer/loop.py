@@ -13,8 +13,10 @@ run continues exactly as an uninterrupted one would.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import os
 import shutil
 import signal
 import time
@@ -24,7 +26,7 @@ from typing import Any
 
 import torch
 
-from trainer import magic
+from trainer import dist, magic
 from trainer.data import PromptSampler, Problem, load_problems
 from trainer.hf_utils import CheckpointError, chat_prompt_ids, load_tokenizer
 from trainer.interfaces import Completion, LossSettings, SamplingParams, TokenBatch, UpdatePlan
@@ -53,7 +55,11 @@ class Trainer:
         self._local_verifier = None
         self.engine = None
         self.backend = None
+        self.logger: MetricsLogger | None = None
         self.resume = resume
+        # Data-parallel rank (the launcher's env; the backend confirms it once initialised).
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self._prepare()
 
     # -- set-up: every check that can fail runs before a model is loaded ------------------
@@ -65,6 +71,14 @@ class Trainer:
         latest = self.latest_checkpoint() if self.resume else None
         if self.resume and latest is None:
             raise CheckpointError(f"nothing to resume in {self.run_dir}: no checkpoint yet")
+        if self.world > 1:
+            m = cfg.magic
+            if cfg.tiny_model is not None or cfg.warm_start.steps > 0:
+                raise ValueError("tiny_model and warm_start build files and are single-process; "
+                                 "with several ranks give model_path")
+            if m.prompts_per_step % self.world:
+                raise ValueError(f"prompts_per_step ({m.prompts_per_step}) must divide evenly "
+                                 f"over the {self.world} data-parallel ranks")
         model_path = self._initial_model_path()
         self.tokenizer = load_tokenizer(cfg.tokenizer_path or model_path)
         self.train, skipped = load_problems(cfg.data.train_files,
@@ -93,8 +107,9 @@ class Trainer:
         self._load_models(model_path)
         if latest is not None:
             self._restore(latest)
-        self.logger = MetricsLogger(self.run_dir, cfg.log, resume_after=self.step)
-        (self.run_dir / "config.yaml").write_text(_yaml(cfg.to_dict()))
+        if self.rank == 0:  # one writer for the run directory's files
+            self.logger = MetricsLogger(self.run_dir, cfg.log, resume_after=self.step)
+            (self.run_dir / "config.yaml").write_text(_yaml(cfg.to_dict()))
 
     def _initial_model_path(self) -> Path:
         cfg = self.cfg
@@ -149,14 +164,9 @@ class Trainer:
                               weight_decay=m.weight_decay, grad_clip=m.grad_clip,
                               seed=self.cfg.seed)
         self.backend = create_backend(backend_cfg, model_path)
-        if self.backend.world_size > 1:
-            # Not silently redundant work: every rank would otherwise run the whole loop on the
-            # same prompts. The backends are multi-rank exact (tests/test_deepspeed.py); the
-            # loop does not yet shard rollouts, rewards, logging and checkpoints across ranks.
-            raise NotImplementedError(
-                f"trainer run is single-process for now (this is rank {self.backend.rank} of "
-                f"{self.backend.world_size}); launch one process per node and use "
-                "engine.tensor_parallel_size for bigger models")
+        if (self.backend.rank, self.backend.world_size) != (self.rank, self.world):
+            raise RuntimeError(f"backend reports rank {self.backend.rank} of "
+                               f"{self.backend.world_size}, the launcher {self.rank} of {self.world}")
         self.engine = create_engine(self.cfg.engine, model_path, self.tokenizer)
 
     # -- prompts ---------------------------------------------------------------------------
@@ -178,17 +188,19 @@ class Trainer:
         t_step = time.monotonic()
         step = self.step + 1
         stage = self.schedule.current
-        problems = [self.train[i] for i in self.sampler.next(m.prompts_per_step)]
+        # Every rank draws the same global prompts and keeps its own shard (data parallel).
+        global_problems = [self.train[i] for i in self.sampler.next(m.prompts_per_step)]
+        problems = global_problems[self.rank::self.world]
         params = SamplingParams(n=m.group_size, temperature=m.temperature, top_p=m.top_p,
                                 top_k=m.top_k, max_tokens=stage.max_response_length,
-                                seed=_seed(cfg, step, 0))
+                                seed=_seed(cfg, step, 0) + self.rank)
 
         # Generate; each finished chunk goes to the verifier at once (overlap).
         rewards_stream = RewardStream(self.client)
 
         def on_done(chunk: list[Completion]) -> None:
             rewards_stream.submit([problems[c.prompt_index].verifier_item(
-                f"{step}:{c.prompt_index}:{c.sample_index}", c.text) for c in chunk])
+                f"{step}:{self.rank}:{c.prompt_index}:{c.sample_index}", c.text) for c in chunk])
 
         t0 = time.monotonic()
         self.engine.wake_up()
@@ -200,7 +212,7 @@ class Trainer:
             on_done(completions)
         results, t_verify_wait = rewards_stream.wait(cfg.verifier.timeout_s)
 
-        ids = [f"{step}:{c.prompt_index}:{c.sample_index}" for c in completions]
+        ids = [f"{step}:{self.rank}:{c.prompt_index}:{c.sample_index}" for c in completions]
         judged = torch.tensor([results[i].status not in NOT_A_VERDICT for i in ids])  # [N]
         if not bool(judged.all()) and cfg.on_invalid_reward == "fail":
             check_verdicts(results)
@@ -214,24 +226,35 @@ class Trainer:
 
         metrics: dict[str, Any] = {"step": step, "stage": self.schedule.index,
                                    "stage/max_response_length": stage.max_response_length}
-        metrics.update(_reward_metrics(problems, completions, rewards, truncated, G))
-        metrics["filtered/frac"] = 1.0 - float(keep.float().mean())
-        metrics["reward/unjudged"] = int((~judged).sum())
+        # Statistics over the whole rollout batch, gathered from every rank (a sync point).
+        stats = dist.gather(([problems[c.prompt_index].data_source for c in completions],
+                             [len(c.token_ids) for c in completions], rewards.tolist(),
+                             truncated.tolist(), keep.tolist(), (~judged).tolist()))
+        g_src, g_len, g_rew, g_trunc, g_keep, g_unj = (sum((x[i] for x in stats), [])
+                                                       for i in range(6))
+        metrics.update(_reward_metrics(g_src, g_len, torch.tensor(g_rew),
+                                       torch.tensor(g_trunc), G))
+        metrics["filtered/frac"] = 1.0 - sum(g_keep) / len(g_keep)
+        metrics["reward/unjudged"] = int(sum(g_unj))
 
         kept_prompts = torch.nonzero(keep.view(-1, G).all(dim=1)).flatten()  # [P']
+        any_kept = sum(g_keep) > 0  # the same answer on every rank
         t0 = time.monotonic()
         coef = self.controller.coef
-        if kept_prompts.numel() > 0:
+        if any_kept:
             rows = response_indices(kept_prompts, G)  # [P' * G]
-            batch = TokenBatch.from_completions([completions[i] for i in rows.tolist()],
+            # A rank whose groups were all filtered still takes part in every collective of
+            # the update: a one-row batch and empty mini-batches (the backend pads them).
+            batch_rows = rows if rows.numel() else torch.zeros(1, dtype=torch.long)
+            batch = TokenBatch.from_completions([completions[i] for i in batch_rows.tolist()],
                                                 self.tokenizer.pad_token_id)
             old_logprobs = self.backend.logprobs(batch, cfg.micro_batch_size)  # [B, T]
-            gen = torch.Generator().manual_seed(_seed(cfg, step, 1))
-            minibatches = [response_indices(p, G)
-                           for p in self.off_policy.minibatches(len(kept_prompts), gen)]
+            gen = torch.Generator().manual_seed(_seed(cfg, step, 1) + self.rank)
+            minibatches = [response_indices(p, G) for p in self.off_policy.minibatches(
+                len(kept_prompts), gen, keep_empty=self.world > 1)]
             loss = LossSettings(clip_low=m.clip_low, clip_high=m.clip_high, entropy_coef=coef,
                                 kl_coef=m.kl_coef, kl_estimator=m.kl_estimator)
-            upd = self.backend.update(batch, old_logprobs, adv[rows],
+            upd = self.backend.update(batch, old_logprobs, adv[batch_rows],
                                       UpdatePlan(minibatches, cfg.micro_batch_size), loss)
             metrics.update(upd)
             metrics["entropy/coef"] = coef
@@ -242,18 +265,19 @@ class Trainer:
             # the controller is not moved.
             metrics.update({"losses/policy": 0.0, "losses/clipfrac": 0.0, "entropy": None,
                             "entropy/coef": coef, "entropy/next_coef": coef})
-        metrics["update/skipped"] = int(kept_prompts.numel() == 0)
+        metrics["update/skipped"] = int(not any_kept)
         t_update = time.monotonic() - t0
 
         t0 = time.monotonic()
-        if kept_prompts.numel() > 0:
+        if any_kept:  # named_weights is a collective under ZeRO-3: every rank iterates it
             self.engine.load_weights(self.backend.named_weights())
         t_sync = time.monotonic() - t0
         metrics.update({"time/generate": t_generate, "time/verify_wait": t_verify_wait,
                         "time/update": t_update, "time/sync": t_sync})
         self.step = step
         metrics["time/step"] = time.monotonic() - t_step
-        return metrics
+        # Stage transitions and logging must see the same numbers on every rank: rank 0's.
+        return dist.broadcast(metrics)
 
     # -- evaluation ------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
@@ -270,7 +294,7 @@ class Trainer:
                                 top_k=-1,
                                 max_tokens=e.max_tokens or self.schedule.max_response_length,
                                 seed=_seed(self.cfg, self.step, 2))
-        probs = self.eval_problems
+        probs = self.eval_problems[self.rank::self.world]  # each rank scores its shard
         engine = self.engine
         self.engine.wake_up()
         try:
@@ -281,6 +305,8 @@ class Trainer:
         except BaseException:
             engine.sleep()
             raise
+        if self.world > 1:
+            run = _merge_runs(dist.gather((run.problems, run.results)), self.world)
         out = trainer_metrics(summarize_run(run, e.n_samples))  # RewardError if unjudged
         out["time/eval"] = time.monotonic() - t0
         return out
@@ -303,37 +329,43 @@ class Trainer:
         try:
             if cfg.eval.every_steps and self.step == 0:
                 first_eval = last_eval = self.evaluate()
-                self.logger.log({"step": 0, "stage": self.schedule.index, **first_eval})
-            self.logger.start_progress(cfg.total_steps, self.step)
-            while self.step < cfg.total_steps and not self._stop_requested:
+                self._log({"step": 0, "stage": self.schedule.index, **first_eval})
+            if self.logger is not None:
+                self.logger.start_progress(cfg.total_steps, self.step)
+            while self.step < cfg.total_steps and not dist.any_rank(self._stop_requested):
                 metrics = self.train_step()
                 at_end = self.step == cfg.total_steps
                 if cfg.eval.every_steps and (self.step % cfg.eval.every_steps == 0 or at_end):
                     last_eval = self.evaluate()
                     metrics.update(last_eval)
                 stage_ended = self.schedule.observe(self.step, metrics)
-                self.logger.log(metrics)
+                self._log(metrics)
                 if stage_ended:
                     log.info("stage ended", extra={"step": self.step,
                                                    "next_stage": self.schedule.index})
                     self.save_checkpoint(keep=True)
                 elif (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0) or at_end:
                     self.save_checkpoint()
-            if self._stop_requested and self.step < cfg.total_steps:
+            if self.step < cfg.total_steps:  # stopped by Ctrl-C (on some rank)
                 self.save_checkpoint()
         finally:
             signal.signal(signal.SIGINT, previous)
-            self.logger.stop_progress()
+            if self.logger is not None:
+                self.logger.stop_progress()
         summary = {"steps": self.step, "stage": self.schedule.index,
                    "interrupted": self.step < cfg.total_steps,
                    "eval_first": first_eval.get("eval/accuracy"),
                    "eval_last": last_eval.get("eval/accuracy"),
                    "run_dir": str(self.run_dir)}
-        if cfg.log.plots:
+        if cfg.log.plots and self.rank == 0:
             from trainer.plot import plot_run
 
             plot_run(self.run_dir)
         return summary
+
+    def _log(self, metrics: dict[str, Any]) -> None:
+        if self.logger is not None:
+            self.logger.log(metrics)
 
     # -- checkpoints -------------------------------------------------------------------------
     def save_checkpoint(self, keep: bool = False) -> Path:
@@ -341,23 +373,28 @@ class Trainer:
         then the ``latest`` pointer), so a crash never leaves a half-written checkpoint."""
         assert self.backend is not None
         root = self.run_dir / "checkpoints"
-        root.mkdir(exist_ok=True)
+        root.mkdir(parents=True, exist_ok=True)
         name = f"step_{self.step:06d}"
         tmp = root / f".{name}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.backend.save(tmp / "model")
-        self.tokenizer.save_pretrained(tmp / "model")
-        state = {"step": self.step, "sampler": self.sampler.state_dict(),
-                 "controller": self.controller.state_dict(),
-                 "schedule": self.schedule.state_dict(), "keep": keep}
-        (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
         final = root / name
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
-        (root / "latest.tmp").write_text(name)
-        (root / "latest.tmp").rename(root / "latest")
-        self._prune(root)
-        log.info("checkpoint saved", extra={"path": str(final)})
+        if self.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        dist.barrier()
+        self.backend.save(tmp / "model")  # a collective: every rank writes its part
+        dist.barrier()
+        if self.rank == 0:
+            self.tokenizer.save_pretrained(tmp / "model")
+            state = {"step": self.step, "sampler": self.sampler.state_dict(),
+                     "controller": self.controller.state_dict(),
+                     "schedule": self.schedule.state_dict(), "keep": keep}
+            (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
+            shutil.rmtree(final, ignore_errors=True)
+            tmp.rename(final)
+            (root / "latest.tmp").write_text(name)
+            (root / "latest.tmp").rename(root / "latest")
+            self._prune(root)
+            log.info("checkpoint saved", extra={"path": str(final)})
+        dist.barrier()
         return final
 
     def _prune(self, root: Path) -> None:
@@ -397,17 +434,35 @@ class Trainer:
             self.logger.close()
 
 
-def _reward_metrics(problems: list[Problem], completions: list[Completion],
-                    rewards: torch.Tensor, truncated: torch.Tensor, G: int) -> dict[str, float]:
+def _merge_runs(parts: list[tuple[list[Any], dict[str, Any]]], world: int) -> Any:
+    """One ScoredRun from every rank's evaluation shard (rank r scored problems r, r+W, ...):
+    problems renumbered to their global position, results re-keyed to match."""
+    from trainer.evaluation import ScoredRun
+
+    problems: list[Any] = []
+    results: dict[str, Any] = {}
+    for rank, (probs, res) in enumerate(parts):
+        for i, p in enumerate(probs):
+            q = dataclasses.replace(p, line=rank + i * world + 1)
+            for j in range(len(p.responses)):
+                results[q.wire_id(j)] = res[p.wire_id(j)]
+            problems.append(q)
+    problems.sort(key=lambda p: p.line)
+    return ScoredRun(problems, results, [], 0.0, 0.0)
+
+
+def _reward_metrics(sources: list[str], lengths: list[int], rewards: torch.Tensor,
+                    truncated: torch.Tensor, G: int) -> dict[str, float]:
+    """Batch statistics; ``rewards`` [N] and ``truncated`` [N] are grouped by prompt."""
     out = {"reward/mean": float(rewards.mean()),
-           "response_length/mean": sum(len(c.token_ids) for c in completions) / len(completions),
-           "response_length/max": max(len(c.token_ids) for c in completions),
+           "response_length/mean": sum(lengths) / len(lengths),
+           "response_length/max": max(lengths),
            "truncated/frac": float(truncated.float().mean()),
            "reward/solve_none_frac": float((rewards.view(-1, G).max(dim=1).values == 0).float().mean()),
            "reward/solve_all_frac": float((rewards.view(-1, G).min(dim=1).values == 1).float().mean())}
     by_src: dict[str, list[float]] = defaultdict(list)
-    for c, r in zip(completions, rewards.tolist()):
-        by_src[problems[c.prompt_index].data_source or "default"].append(r)
+    for src, r in zip(sources, rewards.tolist()):
+        by_src[src or "default"].append(r)
     for src, rs in by_src.items():
         out[f"reward/by_source/{src}"] = sum(rs) / len(rs)
     return out

@@ -342,7 +342,8 @@ class OffPolicyConfig:
         return self.n_sgd == 1
 
     def minibatches(self, num_prompts: int | None = None,
-                    generator: torch.Generator | None = None) -> list[torch.Tensor]:
+                    generator: torch.Generator | None = None,
+                    keep_empty: bool = False) -> list[torch.Tensor]:
         """Prompt-index mini-batches of one update, in order: N_reuse epochs x D_R/D_T each.
 
         ``num_prompts`` is how many prompts (groups) the rollout batch holds now, D_R unless
@@ -350,7 +351,9 @@ class OffPolicyConfig:
         ``range(num_prompts)`` with ``generator`` (identity order when it is None) and splits it
         into D_R/D_T nearly equal parts (sizes differ by at most one, larger first), so the
         number of optimizer steps stays N_SGD whatever the filter kept; empty parts (fewer
-        prompts than mini-batches) are skipped. Deterministic for a given generator state.
+        prompts than mini-batches) are skipped unless ``keep_empty`` (data-parallel ranks keep
+        them, so every rank takes the same N_SGD optimizer steps: each step is a collective).
+        Deterministic for a given generator state.
 
         Returns:
             list of int64 tensors of prompt indices, each ``[n_i]``; see
@@ -372,7 +375,7 @@ class OffPolicyConfig:
             else:
                 order = torch.randperm(n, generator=generator, dtype=torch.long)  # [n]
             out.extend(p for p in torch.tensor_split(order, self.minibatches_per_epoch)
-                       if p.numel() > 0)
+                       if keep_empty or p.numel() > 0)
         return out
 
     @classmethod

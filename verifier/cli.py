@@ -1,4 +1,4 @@
-"""``verifier`` command line: ``serve`` and ``check`` (DESIGN.md 3.2).
+"""``verifier`` command line: ``serve``, ``check``, ``eval`` and ``health`` (DESIGN.md 3.2).
 
 Each subcommand is one config dataclass; tyro turns its fields and their docstrings into flags
 and help text.
@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from verifier.client import ClientConfig
 from verifier.evaluate import EvalConfig, eval_table, run_eval
 from verifier.items import (Item, Limits, Outcome, Result, Status, VerifierError, invalid,
                             item_from_dict)
@@ -37,11 +38,26 @@ class CheckConfig:
     output: Annotated[Path, tyro.conf.arg(aliases=["-o"])]
     """Where to write the results, one per line, in input order."""
     addr: str | None = None
-    """HOST:PORT of a running verifier. Without it, items are scored in-process through the
-    same code the server runs."""
+    """HOST:PORT of a running verifier, a comma list of them, or dns:///NAME:PORT (every
+    address the name resolves to): work is spread over the healthy replicas and fails over.
+    Without it, items are scored in-process through the same code the server runs."""
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    client: ClientConfig = field(default_factory=ClientConfig)
     progress: Literal["auto", "on", "off"] = "auto"
     """Progress bar: "auto" shows it on a terminal only."""
+    log_format: Literal["json", "text"] = "text"
+
+
+@dataclass
+class HealthConfig:
+    """``verifier health``: exit 0 when the verifier reports SERVING (container health checks).
+    Health checks need no token; pass TLS options for a TLS port, or use --health-port."""
+
+    addr: str = "127.0.0.1:50051"
+    """HOST:PORT (or a comma list / dns:/// address: then every replica must be SERVING)."""
+    wait_s: float = 3.0
+    """Seconds to wait for the answer."""
+    client: ClientConfig = field(default_factory=ClientConfig)
     log_format: Literal["json", "text"] = "text"
 
 
@@ -114,7 +130,7 @@ def run_check(cfg: CheckConfig) -> list[Result]:
                 else:
                     wire.append(Item(str(i), e.domain, e.response, e.ground_truth,
                                      e.data_source, e.limits))
-            with VerifierClient(cfg.addr) as client:
+            with VerifierClient(cfg.addr, cfg.client) as client:
                 for r in client.stream(wire):
                     i = int(r.id)
                     entry = entries[i]
@@ -152,10 +168,25 @@ def summary_table(results: list[Result], title: str = "verifier results") -> Tab
     return table
 
 
+def run_health(cfg: HealthConfig) -> int:
+    from verifier.client import VerifierClient
+
+    try:
+        with VerifierClient(cfg.addr, cfg.client) as client:
+            states = client.replica_health(timeout_s=cfg.wait_s)
+    except VerifierError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for address, ok in states.items():
+        print(f"{address}: {'SERVING' if ok else 'NOT SERVING'}")
+    return 0 if states and all(states.values()) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         config: Any = tyro.extras.subcommand_cli_from_dict(
-            {"serve": ServeConfig, "check": CheckConfig, "eval": EvalConfig},
+            {"serve": ServeConfig, "check": CheckConfig, "eval": EvalConfig,
+             "health": HealthConfig},
             args=argv,
             config=(tyro.conf.OmitArgPrefixes,),
         )
@@ -163,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         Console(stderr=True).print(f"[red]error:[/red] {e}")
         return 2
     setup_logging(config.log_format)
+    if isinstance(config, HealthConfig):
+        return run_health(config)
     if isinstance(config, ServeConfig):
         serve(config)
         return 0

@@ -1,12 +1,19 @@
 """Client library for the verifier service: sync (``VerifierClient``) and asyncio
 (``AsyncVerifierClient``).
 
-- ``score(items)``: unary batches of ``batch_size``, results in input order.
-- ``stream(items)``: one bidirectional stream; results arrive in completion order while items
-  are still being sent. If the connection breaks, the unanswered items are re-sent on a new
-  stream, so every item yields exactly one result (results are de-duplicated by id).
+- ``address``: one ``host:port``, a comma list of them, or ``dns:///name:port`` (every address
+  the name resolves to; a Kubernetes headless Service), or a mix (verifier/fleet.py).
+- ``score(items)``: unary batches of ``batch_size``, results in input order; with several
+  replicas the batches run on all of them at once, and a failed batch is retried on another.
+- ``stream(items)``: one logical stream; results arrive in completion order while items are
+  still being sent. With several replicas it runs one gRPC stream per healthy replica. If a
+  replica dies, its unanswered items are re-sent to the others; a replica that comes back is
+  used again; every item yields exactly one result (results are de-duplicated by id).
 - Retries with exponential backoff and jitter on UNAVAILABLE (server restarting, not yet up)
-  and RESOURCE_EXHAUSTED (server busy), up to ``max_retries`` times; every call has a deadline.
+  and RESOURCE_EXHAUSTED (server busy; its ``retry-after-ms`` hint is honoured), up to
+  ``max_retries`` times in a row per replica; every call has a deadline.
+- Access control: TLS / mutual TLS (``tls_ca``, ``tls_cert``, ``tls_key``) and a bearer token
+  (``token_file`` / ``token_env``), sent on every call.
 
 Items are ``verifier.items.Item`` objects or dicts in the JSONL item format (DESIGN.md 3.1).
 """
@@ -15,24 +22,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import queue
-import random
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, AsyncIterable, AsyncIterator, Iterable, Iterator
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from verifier.convert import encode_item, result_from_proto
+from verifier.fleet import RETRYABLE, Fleet, FleetStream, _Pending, backoff_s, retry_hint_s
 from verifier.items import Item, Result, VerifierError
 from verifier.proto import verifier_pb2 as pb
-from verifier.proto import verifier_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
-RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
+__all__ = ["AsyncVerifierClient", "ClientConfig", "RETRYABLE", "VerifierClient", "_Pending"]
 
 
 @dataclass
@@ -40,26 +46,54 @@ class ClientConfig:
     """Connection and retry settings shared by both clients."""
 
     timeout_s: float = 600.0
-    """Deadline of one RPC, seconds (a whole batch, or a whole stream attempt)."""
+    """Deadline of one RPC, seconds: a whole batch, or one gRPC stream to one replica (a
+    longer logical stream reopens it and re-sends what it left unanswered)."""
     batch_size: int = 256
     """Items per unary Score call."""
     max_retries: int = 8
-    """Attempts after the first on UNAVAILABLE / RESOURCE_EXHAUSTED before giving up."""
+    """Attempts after the first on UNAVAILABLE / RESOURCE_EXHAUSTED before giving up (per
+    replica, in a row without an answer; a stream gives up when every replica is past it)."""
     backoff_s: float = 0.2
     """First retry delay, seconds; doubles each retry (with jitter) up to ``max_backoff_s``."""
     max_backoff_s: float = 5.0
+    """Longest retry delay, seconds; also how often a down replica is probed again."""
     max_message_mb: int = 256
     """Largest message either way, MiB (must match the server's for big code batches)."""
+    stream_window: int = 128
+    """Items one stream keeps in flight per replica, and read ahead from the caller. Bounds
+    the client's memory and what a dead replica leaves to re-send; 128 keeps a 2-worker replica
+    busy with ~2 ms math items. Keep it under the server's --stream-inflight (512)."""
+    dns_refresh_s: float = 30.0
+    """Re-resolve ``dns:///`` addresses this often, seconds (and soon after a replica fails),
+    so new pods are used and removed ones dropped."""
+    tls: bool = False
+    """Use TLS, verifying the server against the system's CA roots (implied by --tls-ca or
+    --tls-cert)."""
+    tls_ca: Path | None = None
+    """PEM CA bundle that signed the server's certificate; turns TLS on."""
+    tls_cert: Path | None = None
+    """PEM client certificate, for servers that require mutual TLS (with --tls-key)."""
+    tls_key: Path | None = None
+    """PEM private key of --tls-cert."""
+    tls_server_name: str | None = None
+    """Name to verify in the server's certificate instead of the address's host (default:
+    the host, or the DNS name of a dns:/// address, not the resolved IP)."""
+    token_file: Path | None = None
+    """File whose first line is the bearer token sent on every call."""
+    token_env: str | None = "VERIFIER_TOKEN"
+    """Environment variable whose value, when set, is the bearer token sent (when no
+    --token-file). Default VERIFIER_TOKEN: a trainer pod with the Secret in that variable
+    authenticates without flags; unset or empty: no token."""
 
+    def __post_init__(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together")
+        if self.stream_window < 1:
+            raise ValueError("stream_window must be >= 1")
 
-def _backoff(attempt: int, cfg: ClientConfig) -> float:
-    base = min(cfg.max_backoff_s, cfg.backoff_s * (2**attempt))
-    return base * (0.5 + random.random() / 2)
-
-
-def _channel_options(cfg: ClientConfig) -> list[tuple[str, Any]]:
-    n = cfg.max_message_mb * 1024 * 1024
-    return [("grpc.max_receive_message_length", n), ("grpc.max_send_message_length", n)]
+    @property
+    def uses_tls(self) -> bool:
+        return self.tls or self.tls_ca is not None or self.tls_cert is not None
 
 
 def _encode_all(items: Iterable[Item | dict[str, Any]]) -> list[pb.Item | Result]:
@@ -73,165 +107,105 @@ def _merge(encoded: list[pb.Item | Result], answered: Iterator[Result]) -> list[
     return [next(answered) if isinstance(e, pb.Item) else e for e in encoded]
 
 
-def _drain(local: "queue.SimpleQueue[Result]") -> Iterator[Result]:
-    while True:
-        try:
-            yield local.get_nowait()
-        except queue.Empty:
-            return
-
-
-class _Pending:
-    """Items sent on a stream but not yet answered, keyed by id (thread-safe)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._items: dict[str, pb.Item] = {}
-        self._answered: set[str] = set()
-
-    def add(self, msg: pb.Item) -> None:
-        with self._lock:
-            if msg.id in self._items or msg.id in self._answered:
-                raise VerifierError(f"duplicate item id {msg.id!r} in one stream", "invalid_argument")
-            self._items[msg.id] = msg
-
-    def answer(self, item_id: str) -> bool:
-        """Mark answered; False for a duplicate or unknown id (dropped)."""
-        with self._lock:
-            if self._items.pop(item_id, None) is None:
-                return False
-            self._answered.add(item_id)
-            return True
-
-    def snapshot(self) -> list[pb.Item]:
-        with self._lock:
-            return list(self._items.values())
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._items)
-
-
 class VerifierClient:
     """Blocking client. Thread-safe; reuse one per process."""
 
     def __init__(self, address: str, config: ClientConfig | None = None):
         self.address = address
         self.config = config or ClientConfig()
-        self._channel = grpc.insecure_channel(address, options=_channel_options(self.config))
-        self._stub = pb_grpc.VerifierStub(self._channel)
-        self._health = health_pb2_grpc.HealthStub(self._channel)
+        self.fleet = Fleet(address, self.config)
+
+    # -- health -----------------------------------------------------------------------------
+    def replica_health(self, timeout_s: float = 5.0) -> dict[str, bool]:
+        """SERVING or not, per replica address (DNS names resolved)."""
+        reps = self.fleet.active()
+        if not reps:
+            return {}
+        with ThreadPoolExecutor(max_workers=min(16, len(reps))) as ex:
+            ok = list(ex.map(lambda r: r.check_health(timeout_s, self.fleet.metadata), reps))
+        return {r.address: o for r, o in zip(reps, ok)}
 
     def health(self, timeout_s: float = 5.0) -> bool:
-        """True when the server reports SERVING."""
-        try:
-            resp = self._health.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout_s)
-        except grpc.RpcError:
-            return False
-        return resp.status == health_pb2.HealthCheckResponse.SERVING
+        """True when at least one replica reports SERVING."""
+        return any(self.replica_health(timeout_s).values())
 
-    def wait_ready(self, timeout_s: float = 30.0) -> None:
-        """Block until the server answers health checks with SERVING."""
+    def wait_ready(self, timeout_s: float = 30.0, all_replicas: bool = False) -> None:
+        """Block until one replica (or, with ``all_replicas``, every one) reports SERVING."""
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
-            if self.health(timeout_s=min(2.0, max(0.1, end - time.monotonic()))):
+            states = self.replica_health(timeout_s=min(2.0, max(0.1, end - time.monotonic())))
+            if states and (all(states.values()) if all_replicas else any(states.values())):
                 return
             time.sleep(0.1)
-        raise VerifierError(f"verifier at {self.address} not ready after {timeout_s:g} s", "unavailable")
+        raise VerifierError(f"verifier at {self.address} not ready after {timeout_s:g} s",
+                            "unavailable")
 
-    def _call_with_retry(self, fn: Any, request: Any) -> Any:
+    def replica_stats(self) -> dict[str, dict[str, Any]]:
+        """Per replica: items sent and answered, failed attempts, whether it left DNS."""
+        return self.fleet.stats()
+
+    # -- unary ------------------------------------------------------------------------------
+    def _score_batch(self, req: pb.ScoreRequest) -> pb.ScoreResponse:
         attempt = 0
         while True:
+            rep, wait = self.fleet.pick()
+            if rep is None:
+                self.fleet.refresh(force=True)
+                if attempt >= self.config.max_retries:
+                    raise VerifierError(f"no verifier replica found at {self.address}",
+                                        "unavailable")
+                time.sleep(backoff_s(attempt, self.config))
+                attempt += 1
+                continue
+            if wait > 0:
+                time.sleep(wait)
             try:
-                return fn(request, timeout=self.config.timeout_s, wait_for_ready=True)
+                resp = rep.stub.Score(req, timeout=self.config.timeout_s,
+                                      metadata=self.fleet.metadata or None,
+                                      wait_for_ready=False)
             except grpc.RpcError as e:
                 if e.code() not in RETRYABLE or attempt >= self.config.max_retries:
                     raise
-                delay = _backoff(attempt, self.config)
+                delay = rep.record_failure(self.config, retry_hint_s(e))
                 log.warning("verifier call failed; retrying",
-                            extra={"code": e.code().name, "attempt": attempt + 1, "delay_s": delay})
-                time.sleep(delay)
+                            extra={"replica": rep.address, "code": e.code().name,
+                                   "attempt": attempt + 1, "delay_s": round(delay, 3)})
                 attempt += 1
+                continue
+            rep.record_success()
+            with rep.lock:
+                rep.sent += len(req.items)
+                rep.answered += len(resp.results)
+            return resp
 
     def score(self, items: Iterable[Item | dict[str, Any]]) -> list[Result]:
         """Score items in batches; results in input order."""
         encoded = _encode_all(items)
         protos = [e for e in encoded if isinstance(e, pb.Item)]
-        answered: list[Result] = []
-        for i in range(0, len(protos), self.config.batch_size):
-            req = pb.ScoreRequest(items=protos[i : i + self.config.batch_size])
-            resp = self._call_with_retry(self._stub.Score, req)
-            answered.extend(result_from_proto(r) for r in resp.results)
+        bs = self.config.batch_size
+        reqs = [pb.ScoreRequest(items=protos[i : i + bs]) for i in range(0, len(protos), bs)]
+        n = len(self.fleet.active())
+        if len(reqs) > 1 and n > 1:
+            with ThreadPoolExecutor(max_workers=min(len(reqs), n, 16)) as ex:
+                responses = list(ex.map(self._score_batch, reqs))
+        else:
+            responses = [self._score_batch(r) for r in reqs]
+        answered = [result_from_proto(r) for resp in responses for r in resp.results]
         return _merge(encoded, iter(answered))
+
+    # -- streaming --------------------------------------------------------------------------
+    def open_stream(self, items: Iterable[Item | dict[str, Any]]) -> FleetStream:
+        """The stream object behind ``stream``: iterate it; ``close()`` stops it from any
+        thread."""
+        return FleetStream(self.fleet, items)
 
     def stream(self, items: Iterable[Item | dict[str, Any]]) -> Iterator[Result]:
         """Stream items; yield results as they finish (completion order). Item ids must be
-        unique within the call. On a broken stream the unanswered items are re-sent."""
-        source = iter(items)
-        pending = _Pending()
-        local: queue.SimpleQueue[Result] = queue.SimpleQueue()  # items that cannot be sent
-        source_done = threading.Event()
-        source_lock = threading.Lock()
-
-        def requests(resend: Sequence[pb.Item], alive: list[bool]) -> Iterator[pb.Item]:
-            # Consumed by gRPC on its own thread: first what the last attempt left unanswered,
-            # then fresh items from the caller's iterator. Once its attempt is over (alive[0]
-            # is False) it takes nothing more from the source, so the re-send snapshot taken
-            # after that can miss no item.
-            yield from resend
-            while True:
-                with source_lock:
-                    if not alive[0]:
-                        return
-                    nxt = next(source, None)
-                    if nxt is None:
-                        source_done.set()
-                        return
-                    msg = encode_item(nxt)
-                    if isinstance(msg, Result):
-                        local.put(msg)
-                        continue
-                    pending.add(msg)
-                yield msg
-
-        attempt = 0
-        resend: list[pb.Item] = []
-        while True:
-            alive = [True]
-            call = self._stub.ScoreStream(requests(resend, alive), timeout=self.config.timeout_s,
-                                          wait_for_ready=True)
-            try:
-                for msg in call:
-                    yield from _drain(local)
-                    if pending.answer(msg.id):
-                        attempt = 0  # progress: reset the retry budget
-                        yield result_from_proto(msg)
-                yield from _drain(local)
-                if source_done.is_set() and len(pending) == 0:
-                    return
-                # The server closed the stream early without an error: re-send what is left.
-                err_code = grpc.StatusCode.UNAVAILABLE
-            except grpc.RpcError as e:
-                err_code = e.code()
-                if err_code not in RETRYABLE:
-                    raise
-            finally:
-                with source_lock:
-                    alive[0] = False
-                call.cancel()
-            if attempt >= self.config.max_retries:
-                raise VerifierError(
-                    f"stream to {self.address} failed {attempt + 1} times ({err_code.name}); "
-                    f"{len(pending)} items unanswered", "unavailable")
-            delay = _backoff(attempt, self.config)
-            log.warning("verifier stream broke; re-sending unanswered items",
-                        extra={"code": err_code.name, "unanswered": len(pending), "delay_s": delay})
-            time.sleep(delay)
-            attempt += 1
-            resend = pending.snapshot()
+        unique within the call. Unanswered items of a replica that fails are re-sent."""
+        yield from self.open_stream(items)
 
     def close(self) -> None:
-        self._channel.close()
+        self.fleet.close()
 
     def __enter__(self) -> "VerifierClient":
         return self
@@ -241,100 +215,75 @@ class VerifierClient:
 
 
 class AsyncVerifierClient:
-    """asyncio client with the same behaviour as VerifierClient."""
+    """asyncio client with the same behaviour as VerifierClient: it drives the same fleet
+    logic (one implementation of failover and exactly-once) from worker threads, so awaiting
+    never blocks the event loop."""
 
     def __init__(self, address: str, config: ClientConfig | None = None):
         self.address = address
         self.config = config or ClientConfig()
-        self._channel = grpc.aio.insecure_channel(address, options=_channel_options(self.config))
-        self._stub = pb_grpc.VerifierStub(self._channel)
-        self._health = health_pb2_grpc.HealthStub(self._channel)
+        self._client = VerifierClient(address, self.config)
 
     async def health(self, timeout_s: float = 5.0) -> bool:
-        try:
-            resp = await self._health.Check(health_pb2.HealthCheckRequest(service=""),
-                                            timeout=timeout_s)
-        except grpc.RpcError:
-            return False
-        return resp.status == health_pb2.HealthCheckResponse.SERVING
+        return await asyncio.to_thread(self._client.health, timeout_s)
+
+    async def wait_ready(self, timeout_s: float = 30.0, all_replicas: bool = False) -> None:
+        await asyncio.to_thread(self._client.wait_ready, timeout_s, all_replicas)
+
+    def replica_stats(self) -> dict[str, dict[str, Any]]:
+        return self._client.replica_stats()
 
     async def score(self, items: Iterable[Item | dict[str, Any]]) -> list[Result]:
-        encoded = _encode_all(items)
-        protos = [e for e in encoded if isinstance(e, pb.Item)]
-        answered: list[Result] = []
-        for i in range(0, len(protos), self.config.batch_size):
-            req = pb.ScoreRequest(items=protos[i : i + self.config.batch_size])
-            attempt = 0
-            while True:
-                try:
-                    resp = await self._stub.Score(req, timeout=self.config.timeout_s,
-                                                  wait_for_ready=True)
-                    break
-                except grpc.RpcError as e:
-                    if e.code() not in RETRYABLE or attempt >= self.config.max_retries:
-                        raise
-                    await asyncio.sleep(_backoff(attempt, self.config))
-                    attempt += 1
-            answered.extend(result_from_proto(r) for r in resp.results)
-        return _merge(encoded, iter(answered))
+        batch = list(items)
+        return await asyncio.to_thread(self._client.score, batch)
 
     async def stream(
         self, items: Iterable[Item | dict[str, Any]] | AsyncIterable[Item | dict[str, Any]]
     ) -> AsyncIterator[Result]:
         """Async version of VerifierClient.stream (accepts sync or async iterables)."""
+        loop = asyncio.get_running_loop()
         if hasattr(items, "__aiter__"):
-            source: AsyncIterator = items.__aiter__()  # type: ignore[union-attr]
+            source: Iterable[Any] = _SyncFromAsync(items, loop)  # type: ignore[arg-type]
         else:
-            source = _aiter_sync(items)  # type: ignore[arg-type]
-        pending = _Pending()
-        local: queue.SimpleQueue[Result] = queue.SimpleQueue()
-        state = {"source_done": False}
+            source = items  # type: ignore[assignment]
+        engine = self._client.open_stream(source)
+        results: asyncio.Queue = asyncio.Queue()
+        room = threading.Semaphore(max(1, self.config.stream_window))  # bounds the hand-off
+        stop = threading.Event()
 
-        async def requests(resend: Sequence[pb.Item]) -> AsyncIterator[pb.Item]:
-            for m in resend:
-                yield m
-            async for nxt in source:
-                msg = encode_item(nxt)
-                if isinstance(msg, Result):
-                    local.put(msg)
-                    continue
-                pending.add(msg)
-                yield msg
-            state["source_done"] = True
-
-        attempt = 0
-        resend: list[pb.Item] = []
-        while True:
-            call = self._stub.ScoreStream(requests(resend), timeout=self.config.timeout_s,
-                                          wait_for_ready=True)
+        def post(entry: tuple[str, Any]) -> None:
             try:
-                async for msg in call:
-                    for r in _drain(local):
-                        yield r
-                    if pending.answer(msg.id):
-                        attempt = 0
-                        yield result_from_proto(msg)
-                for r in _drain(local):
-                    yield r
-                if state["source_done"] and len(pending) == 0:
+                loop.call_soon_threadsafe(results.put_nowait, entry)
+            except RuntimeError:  # the event loop is gone
+                stop.set()
+
+        def pump() -> None:
+            try:
+                for r in engine:
+                    while not room.acquire(timeout=0.25):
+                        if stop.is_set():
+                            return
+                    post(("result", r))
+                post(("end", None))
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's task
+                post(("error", e))
+
+        threading.Thread(target=pump, name="verifier-async-stream", daemon=True).start()
+        try:
+            while True:
+                kind, x = await results.get()
+                if kind == "end":
                     return
-                err_code = grpc.StatusCode.UNAVAILABLE
-            except grpc.RpcError as e:
-                err_code = e.code()
-                if err_code not in RETRYABLE:
-                    raise
-            finally:
-                call.cancel()
-            if attempt >= self.config.max_retries:
-                raise VerifierError(
-                    f"stream to {self.address} failed {attempt + 1} times ({err_code.name}); "
-                    f"{len(pending)} items unanswered", "unavailable")
-            await asyncio.sleep(_backoff(attempt, self.config))
-            attempt += 1
-            resend = pending.snapshot()
+                if kind == "error":
+                    raise x
+                room.release()
+                yield x
+        finally:
+            stop.set()
+            engine.close()
 
     async def close(self) -> None:
-        await self._channel.close()
+        self._client.close()
 
     async def __aenter__(self) -> "AsyncVerifierClient":
         return self
@@ -343,6 +292,25 @@ class AsyncVerifierClient:
         await self.close()
 
 
-async def _aiter_sync(items: Iterable[Any]) -> AsyncIterator[Any]:
-    for it in items:
-        yield it
+class _SyncFromAsync:
+    """A blocking iterator over an async iterable, for a worker thread: each ``next`` runs one
+    ``__anext__`` on the event loop."""
+
+    def __init__(self, items: AsyncIterable[Any], loop: asyncio.AbstractEventLoop):
+        self._it = items.__aiter__()
+        self._loop = loop
+
+    def __iter__(self) -> "_SyncFromAsync":
+        return self
+
+    async def _step(self) -> tuple[bool, Any]:
+        try:
+            return True, await self._it.__anext__()
+        except StopAsyncIteration:
+            return False, None
+
+    def __next__(self) -> Any:
+        ok, value = asyncio.run_coroutine_threadsafe(self._step(), self._loop).result()
+        if not ok:
+            raise StopIteration
+        return value

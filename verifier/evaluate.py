@@ -417,8 +417,9 @@ class EvalConfig:
     output: Annotated[Path, tyro.conf.arg(aliases=["-o"])]
     """Where to write the summary JSON."""
     addr: str | None = None
-    """HOST:PORT of a running verifier. Without it, responses are scored in-process through
-    the same code the server runs."""
+    """HOST:PORT of a running verifier, a comma list of them, or dns:///NAME:PORT (work is
+    spread over the healthy replicas and fails over). Without it, responses are scored
+    in-process through the same code the server runs."""
     k: int | None = None
     """k of avg@k / pass@k. Default: the smallest number of responses of any problem."""
     skip_invalid: bool = False

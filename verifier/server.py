@@ -4,7 +4,12 @@
 - ``serve(config)``: the ``verifier serve`` command: health + reflection, SIGTERM drain.
 
 VerifierError is the one domain exception; ``_abort`` maps it to a gRPC status code, and no
-other place in the service chooses status codes.
+other place in the service chooses status codes (the token interceptor of verifier/auth.py
+refuses calls through it too).
+
+Access control (verifier/auth.py): TLS or mutual TLS, and/or a bearer token checked by a server
+interceptor; health checks need no token (probes). Metrics (verifier/metrics.py): a Prometheus
+endpoint on its own port when ``metrics_port`` is set.
 """
 
 from __future__ import annotations
@@ -14,16 +19,20 @@ import logging
 import queue
 import signal
 import threading
+import time
 from concurrent import futures as cf
 from dataclasses import dataclass, field
-from typing import Iterator, Literal
+from pathlib import Path
+from typing import Callable, Iterator, Literal
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from verifier.auth import TokenInterceptor, TokenSource, server_credentials
 from verifier.convert import item_from_proto, result_to_proto
-from verifier.items import VerifierError
+from verifier.items import Result, Status, VerifierError
+from verifier.metrics import ServerMetrics
 from verifier.proto import verifier_pb2 as pb
 from verifier.proto import verifier_pb2_grpc as pb_grpc
 from verifier.scoring import Scorer, ScoringConfig
@@ -39,8 +48,18 @@ _GRPC_CODES = {
     "deadline_exceeded": grpc.StatusCode.DEADLINE_EXCEEDED,
     "failed_precondition": grpc.StatusCode.FAILED_PRECONDITION,
     "internal": grpc.StatusCode.INTERNAL,
+    "unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
 }
 RETRY_AFTER_KEY = "retry-after-ms"
+RETRY_AFTER_MS = 500
+"""The retry hint sent with RESOURCE_EXHAUSTED: about the time a 2-worker server needs to
+work through a few hundred queued math items."""
+# Keepalive: clients ping every 30 s on a call with no data (a long code item), so a replica
+# that vanished without a TCP reset (a node gone) is noticed; the server must accept that.
+SERVER_KEEPALIVE_OPTIONS = [
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+    ("grpc.http2.max_ping_strikes", 0),
+]
 
 
 @dataclass
@@ -69,6 +88,28 @@ class ServeConfig:
     """Allow binding a non-loopback address without TLS or a token."""
     unsafe_no_sandbox: bool = False
     """Run code WITHOUT isolation (development only; allowed on loopback only)."""
+    tls_cert: Path | None = None
+    """PEM certificate chain this server presents; with --tls-key it turns TLS on. Default off:
+    on loopback nobody can listen in; off loopback TLS or a token (or --insecure) is required."""
+    tls_key: Path | None = None
+    """PEM private key of --tls-cert."""
+    tls_client_ca: Path | None = None
+    """PEM CA bundle: require client certificates signed by it (mutual TLS). Needs --tls-cert."""
+    token_file: Path | None = None
+    """File of accepted bearer tokens, one per line (two lines during a rotation); re-read when
+    it changes (a Kubernetes Secret volume). Clients send ``authorization: Bearer <token>``;
+    a missing or wrong one is UNAUTHENTICATED. Health checks need no token (probes)."""
+    token_env: str | None = None
+    """Name of an environment variable holding an accepted bearer token (read at start-up);
+    may be combined with --token-file."""
+    health_port: int | None = None
+    """Extra plaintext port serving only grpc.health.v1, for Kubernetes gRPC probes, which
+    cannot speak TLS. Default: none (probes use the main port when TLS is off)."""
+    metrics_port: int | None = None
+    """Port of the Prometheus /metrics endpoint (plain HTTP, no token: it shows counts only).
+    Default: off; 0 picks a free port (logged)."""
+    metrics_host: str | None = None
+    """Address the metrics endpoint binds; default: --host."""
 
     def __post_init__(self) -> None:
         if self.unsafe_no_sandbox:
@@ -79,13 +120,28 @@ class ServeConfig:
                 "--unsafe-no-sandbox runs model-written code without isolation and is allowed "
                 f"only on a loopback address, not {self.host!r}"
             )
-        if not loopback and not self.insecure:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("--tls-cert and --tls-key go together")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ValueError("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key")
+        if not loopback and not (self.tls or self.token_file or self.token_env or self.insecure):
             raise ValueError(
-                f"refusing to bind non-loopback address {self.host!r} without TLS or a token; "
-                "pass --insecure to do it anyway"
+                f"refusing to bind non-loopback address {self.host!r} without TLS "
+                "(--tls-cert/--tls-key) or a token (--token-file/--token-env); pass --insecure "
+                "to do it anyway"
             )
         if self.max_message_mb < 1:
             raise ValueError("max_message_mb must be >= 1")
+        for name in ("tls_cert", "tls_key", "tls_client_ca"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"--{name.replace('_', '-')} {path}: no such file")
+        if self.token_file is not None or self.token_env is not None:
+            TokenSource(self.token_file, self.token_env)  # fail now on an empty token source
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
 
 
 def _is_loopback(host: str) -> bool:
@@ -101,18 +157,77 @@ def _abort(context: grpc.ServicerContext, err: VerifierError) -> None:
     """The one place a domain error becomes a gRPC status."""
     code = _GRPC_CODES.get(err.code, grpc.StatusCode.INTERNAL)
     if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
-        context.set_trailing_metadata(((RETRY_AFTER_KEY, "500"),))
+        context.set_trailing_metadata(((RETRY_AFTER_KEY, str(RETRY_AFTER_MS)),))
     context.abort(code, str(err))
 
 
+def _code_name(context: grpc.ServicerContext, default: str) -> str:
+    try:
+        code = context.code()  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - an older grpc without ServicerContext.code()
+        code = None
+    return code.name if isinstance(code, grpc.StatusCode) else default
+
+
+def _peer(context: grpc.ServicerContext) -> str:
+    try:
+        return context.peer()
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+def _log_item_error(result: Result, domain: str) -> None:
+    """A structured log line, with the item's id, for results that are not genuine verdicts."""
+    if result.status is Status.INTERNAL_ERROR or (
+            result.status is Status.SANDBOX_ERROR and not result.detail.startswith("no sandbox")):
+        log.warning("item not scored", extra={"item_id": result.id, "domain": domain,
+                                              "status": result.status.value,
+                                              "detail": result.detail[:500]})
+
+
 class VerifierServicer(pb_grpc.VerifierServicer):
-    def __init__(self, scorer: Scorer, stream_inflight: int, max_batch: int):
+    def __init__(self, scorer: Scorer, stream_inflight: int, max_batch: int,
+                 metrics: ServerMetrics | None = None):
         self.scorer = scorer
         self.stream_inflight = stream_inflight
         self.max_batch = max_batch
+        self.metrics = metrics or ServerMetrics()
+
+    def _submit(self, msg: pb.Item, block_s: float = 0.0) -> cf.Future:
+        """Submit one item; the returned future's result is the Result. Counts it in the
+        metrics (queue depth, items by domain and status, latency)."""
+        item = item_from_proto(msg)
+        domain = msg.domain
+        self.metrics.item_started(domain)
+        try:
+            fut = self.scorer.submit(item, block_s=block_s)
+        except BaseException:
+            self.metrics.item_finished(domain, None)
+            raise
+
+        def done(f: cf.Future) -> None:
+            result = None if f.cancelled() else f.result()
+            self.metrics.item_finished(domain, result)
+            if result is not None:
+                _log_item_error(result, domain)
+
+        fut.add_done_callback(done)
+        return fut
 
     def Score(self, request: pb.ScoreRequest, context: grpc.ServicerContext) -> pb.ScoreResponse:
+        start = time.monotonic()
+        code = "OK"
+        try:
+            return self._score(request, context)
+        except BaseException:
+            code = _code_name(context, "UNKNOWN")
+            raise
+        finally:
+            self.metrics.request_done("Score", code, start)
+
+    def _score(self, request: pb.ScoreRequest, context: grpc.ServicerContext) -> pb.ScoreResponse:
         if len(request.items) > self.max_batch:
+            self.metrics.rejected.labels(reason="batch_too_big").inc()
             _abort(context, VerifierError(
                 f"batch of {len(request.items)} items is over this server's limit of "
                 f"{self.max_batch}; split it or use ScoreStream", "resource_exhausted"))
@@ -121,10 +236,14 @@ class VerifierServicer(pb_grpc.VerifierServicer):
         context.add_callback(lambda: [f.cancel() for f in submitted])
         try:
             for msg in request.items:
-                submitted.append(self.scorer.submit(item_from_proto(msg)))
+                submitted.append(self._submit(msg))
         except VerifierError as e:
             for f in submitted:
                 f.cancel()
+            if e.code == "resource_exhausted":
+                self.metrics.rejected.labels(reason="queue_full").inc()
+            log.info("batch refused", extra={"peer": _peer(context), "items": len(request.items),
+                                             "reason": str(e)})
             _abort(context, e)
         done, not_done = cf.wait(submitted, timeout=context.time_remaining())
         if not_done:
@@ -137,7 +256,30 @@ class VerifierServicer(pb_grpc.VerifierServicer):
     def ScoreStream(
         self, request_iterator: Iterator[pb.Item], context: grpc.ServicerContext
     ) -> Iterator[pb.Result]:
+        start = time.monotonic()
+        code = "OK"
+        self.metrics.active_streams.inc()
+        try:
+            yield from self._score_stream(request_iterator, context)
+        except GeneratorExit:
+            code = "CANCELLED"
+            raise
+        except BaseException:
+            code = _code_name(context, "UNKNOWN")
+            raise
+        finally:
+            self.metrics.active_streams.dec()
+            if code == "OK" and not context.is_active():
+                code = "CANCELLED"
+            self.metrics.request_done("ScoreStream", code, start)
+
+    def _score_stream(
+        self, request_iterator: Iterator[pb.Item], context: grpc.ServicerContext
+    ) -> Iterator[pb.Result]:
         out: queue.Queue = queue.Queue()
+        # Items of this stream accepted and not yet written back. A slot is freed when its
+        # result has been handed to gRPC (not when it is computed), so a client that sends but
+        # never reads cannot make results pile up here: memory per stream stays bounded.
         slots = threading.BoundedSemaphore(self.stream_inflight)
         live: set[cf.Future] = set()
         lock = threading.Lock()
@@ -145,10 +287,11 @@ class VerifierServicer(pb_grpc.VerifierServicer):
         reader_done = object()
 
         def on_done(f: cf.Future) -> None:
-            slots.release()
             with lock:
                 live.discard(f)
-            if not f.cancelled():
+            if f.cancelled():
+                slots.release()
+            else:
                 out.put(f.result())
 
         def read() -> None:
@@ -160,13 +303,13 @@ class VerifierServicer(pb_grpc.VerifierServicer):
                     while not slots.acquire(timeout=0.5):
                         if not context.is_active():
                             return
-                    item = item_from_proto(msg)
                     while True:
                         try:
-                            fut = self.scorer.submit(item, block_s=0.5)
+                            fut = self._submit(msg, block_s=0.5)
                             break
                         except VerifierError as e:
                             if e.code != "resource_exhausted" or not context.is_active():
+                                slots.release()
                                 raise
                     with lock:
                         live.add(fut)
@@ -177,7 +320,7 @@ class VerifierServicer(pb_grpc.VerifierServicer):
             except grpc.RpcError:
                 pass  # the client went away; the writer loop notices
             except Exception as e:  # noqa: BLE001 - surface as INTERNAL, keep the server up
-                log.exception("stream reader failed")
+                log.exception("stream reader failed", extra={"peer": _peer(context)})
                 reader_state["error"] = VerifierError(f"stream reader failed: {e}", "internal")
             finally:
                 out.put(reader_done)
@@ -200,6 +343,7 @@ class VerifierServicer(pb_grpc.VerifierServicer):
                     continue
                 emitted += 1
                 yield result_to_proto(x)
+                slots.release()
         finally:
             with lock:
                 pending = list(live)
@@ -208,16 +352,25 @@ class VerifierServicer(pb_grpc.VerifierServicer):
 
 
 class VerifierServer:
-    """A running verification service: the gRPC server, its health service and its Scorer."""
+    """A running verification service: the gRPC server, its health service, its Scorer, and
+    (when configured) the health-only probe server and the metrics endpoint."""
 
-    def __init__(self, grpc_server: grpc.Server, scorer: Scorer, health_servicer: health.HealthServicer):
+    def __init__(self, grpc_server: grpc.Server, scorer: Scorer,
+                 health_servicer: health.HealthServicer, metrics: ServerMetrics | None = None,
+                 extra_servers: tuple[grpc.Server, ...] = ()):
         self.grpc_server = grpc_server
         self.scorer = scorer
         self.health = health_servicer
+        self.metrics = metrics or ServerMetrics()
+        self.extra_servers = extra_servers
+        self.health_port: int | None = None
+        self.metrics_port: int | None = None
         self._stopped = threading.Event()
 
     def start(self) -> None:
         self.grpc_server.start()
+        for extra in self.extra_servers:
+            extra.start()
         for name in ("", SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
@@ -228,11 +381,30 @@ class VerifierServer:
             return
         self.health.enter_graceful_shutdown()
         self.grpc_server.stop(grace_s).wait()
+        for extra in self.extra_servers:
+            extra.stop(0).wait()
         self.scorer.close()
+        self.metrics.close()
         self._stopped.set()
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._stopped.wait(timeout)
+
+
+def _bind(grpc_server: grpc.Server, address: str, config: ServeConfig) -> int:
+    if config.tls_cert is not None and config.tls_key is not None:
+        creds = server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
+        return grpc_server.add_secure_port(address, creds)
+    return grpc_server.add_insecure_port(address)
+
+
+def _deny(metrics: ServerMetrics) -> Callable[[grpc.ServicerContext, str, str], None]:
+    def deny(context: grpc.ServicerContext, method: str, why: str) -> None:
+        metrics.request_done(method.rsplit("/", 1)[-1], "UNAUTHENTICATED", time.monotonic())
+        log.warning("call refused", extra={"peer": _peer(context), "method": method,
+                                           "reason": why})
+        _abort(context, VerifierError(why, "unauthenticated"))
+    return deny
 
 
 def create_server(
@@ -244,32 +416,63 @@ def create_server(
     Returns the server and the bound port."""
     config = config or ServeConfig()
     scorer = scorer or Scorer(config.scoring)
+    metrics = ServerMetrics()
+    metrics.attach_scorer(scorer)
     max_bytes = config.max_message_mb * 1024 * 1024
+    interceptors: list[grpc.ServerInterceptor] = []
+    if config.token_file is not None or config.token_env is not None:
+        interceptors.append(TokenInterceptor(TokenSource(config.token_file, config.token_env),
+                                             _deny(metrics)))
     # Each streaming RPC holds one pool thread (plus its own reader thread); unary calls hold
     # one while they wait. maximum_concurrent_rpcs turns overload into RESOURCE_EXHAUSTED.
     grpc_server = grpc.server(
         cf.ThreadPoolExecutor(max_workers=config.max_concurrent_rpcs + 4,
                               thread_name_prefix="verifier-rpc"),
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
+        interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", max_bytes),
             ("grpc.max_send_message_length", max_bytes),
             ("grpc.so_reuseport", 0),
+            *SERVER_KEEPALIVE_OPTIONS,
         ],
     )
     pb_grpc.add_VerifierServicer_to_server(
-        VerifierServicer(scorer, config.stream_inflight, config.scoring.max_pending), grpc_server
+        VerifierServicer(scorer, config.stream_inflight, scorer.config.max_pending, metrics),
+        grpc_server,
     )
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, grpc_server)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), grpc_server
     )
-    port = grpc_server.add_insecure_port(address)
-    if port == 0:
+    extra: list[grpc.Server] = []
+    health_port = None
+    try:
+        port = _bind(grpc_server, address, config)
+        if port == 0:
+            raise VerifierError(f"could not bind {address}", "unavailable")
+        host = address.rsplit(":", 1)[0]
+        if config.health_port is not None:
+            probe = grpc.server(cf.ThreadPoolExecutor(max_workers=2,
+                                                      thread_name_prefix="verifier-health"))
+            health_pb2_grpc.add_HealthServicer_to_server(health_servicer, probe)
+            health_port = probe.add_insecure_port(f"{host}:{config.health_port}")
+            if health_port == 0:
+                raise VerifierError(f"could not bind health port {config.health_port}",
+                                    "unavailable")
+            extra.append(probe)
+        metrics_port = None
+        if config.metrics_port is not None:
+            mhost = config.metrics_host or host.strip("[]")
+            metrics_port = metrics.serve_http(mhost, config.metrics_port)
+    except BaseException:
         scorer.close()
-        raise VerifierError(f"could not bind {address}", "unavailable")
-    server = VerifierServer(grpc_server, scorer, health_servicer)
+        metrics.close()
+        raise
+    server = VerifierServer(grpc_server, scorer, health_servicer, metrics, tuple(extra))
+    server.health_port = health_port
+    server.metrics_port = metrics_port
     server.start()
     return server, port
 
@@ -282,6 +485,9 @@ def serve(config: ServeConfig) -> None:
         "address": f"{host}:{port}", "workers": config.scoring.workers,
         "sandbox": server.scorer.sandbox.name if server.scorer.sandbox else None,
         "sandbox_problem": server.scorer.sandbox_problem,
+        "tls": config.tls, "mutual_tls": config.tls_client_ca is not None,
+        "token": config.token_file is not None or config.token_env is not None,
+        "health_port": server.health_port, "metrics_port": server.metrics_port,
     })
     stop = threading.Event()
     received: list[int] = []
