@@ -234,7 +234,9 @@ def test_entropy_coefficient_changes_the_gradient_and_raises_entropy(model_dir, 
     backend, _, wc, m = run_update(model_dir, data, adv=zero,
                                    loss=LossSettings(entropy_coef=0.5))
     assert max_diff(w0, before) == 0.0  # LINEAR has no weight decay: zero advantage, no change
-    assert max_diff(wc, before) > 1e-3  # -c*H alone moves the weights ...
+    # -c*H alone moves the weights (the step is the raw gradient here, whose entries scale
+    # like 1/vocab: ~6e-4 with the 1,200-token tiny tokenizer; 0.0 without the bonus) ...
+    assert max_diff(wc, before) > 1e-4
     assert m["losses/entropy_bonus"] == pytest.approx(-0.5 * m["entropy"])
     after = run_update_entropy(backend, batch)
     assert after > m["entropy"]  # ... towards higher entropy

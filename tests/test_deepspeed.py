@@ -121,7 +121,7 @@ def test_world_of_one_update_equals_torch_backend(model_dir, stage):
     assert max_diff(want, before) > 1e-2  # the update is large ...
     assert max_diff(got, want) < 1e-5  # ... and DeepSpeed's equals TorchBackend's
     for key in ("grad_norm", "entropy", "losses/policy", "losses/clipfrac", "losses/num_tokens"):
-        assert metrics[key] == pytest.approx(ref_metrics[key], rel=1e-5, abs=1e-7), key
+        assert metrics[key] == pytest.approx(ref_metrics[key], rel=rel_tol(key), abs=1e-7), key
 
 
 @pytest.mark.timeout(240)
@@ -163,6 +163,13 @@ def test_deepspeed_backend_rejects_a_missing_model(tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         DeepSpeedBackend(BackendConfig(kind="deepspeed"), tmp_path / "missing")
     assert not torch.distributed.is_initialized()  # failed before initialising anything
+
+
+def rel_tol(key: str) -> float:
+    """The grad norm is a float32 sum of squares over every parameter, reduced in a different
+    order by DeepSpeed (flat buffers) than by torch.nn.utils.clip_grad_norm_: the relative
+    difference is about sqrt(N) * 6e-8, ~2e-5 for the tiny model's ~80K embedding entries."""
+    return 1e-4 if key == "grad_norm" else 1e-5
 
 
 def _launcher() -> list[str]:
@@ -208,5 +215,5 @@ def test_two_ranks_under_the_deepspeed_launcher_equal_one_process(model_dir, tmp
         assert rank1 == pytest.approx(metrics, rel=1e-12)  # metrics are global on every rank
         for key in ("grad_norm", "entropy", "losses/policy", "losses/clipfrac",
                     "losses/num_tokens"):
-            assert metrics[key] == pytest.approx(ref_metrics[key], rel=1e-5, abs=1e-7), key
+            assert metrics[key] == pytest.approx(ref_metrics[key], rel=rel_tol(key), abs=1e-7), key
         assert (out / f"ckpt{stage}" / "model.safetensors").is_file()
