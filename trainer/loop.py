@@ -76,6 +76,14 @@ class Trainer:
             if cfg.tiny_model is not None or cfg.warm_start.steps > 0:
                 raise ValueError("tiny_model and warm_start build files and are single-process; "
                                  "with several ranks give model_path")
+            if cfg.engine.tensor_parallel_size > 1:
+                raise ValueError("engine.tensor_parallel_size > 1 with several data-parallel "
+                                 "ranks is not supported yet: each rank owns one engine; use "
+                                 "tensor_parallel_size=1, or one process with tensor parallelism")
+            if cfg.engine.tensor_parallel_size > 1:
+                raise ValueError("engine.tensor_parallel_size > 1 with several data-parallel "
+                                 "ranks is not supported yet: each rank owns one engine; use "
+                                 "tensor_parallel_size=1, or one process with tensor parallelism")
             if m.prompts_per_step % self.world:
                 raise ValueError(f"prompts_per_step ({m.prompts_per_step}) must divide evenly "
                                  f"over the {self.world} data-parallel ranks")
