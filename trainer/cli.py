@@ -20,6 +20,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from trainer.data import DEFAULT_SUFFIX
+
 log = logging.getLogger("trainer")
 
 
@@ -146,7 +148,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_filter(args: argparse.Namespace) -> int:
-    from trainer.data import DEFAULT_SUFFIX, DataError
+    from trainer.data import DataError
     from trainer.filtering import FilterError, FilterOptions, load_for_filter, released_filter
     from trainer.hf_utils import CheckpointError
     from trainer.rewards import RewardError
@@ -160,8 +162,7 @@ def cmd_filter(args: argparse.Namespace) -> int:
             lo=args.lo, hi=args.hi, temperature=args.temperature, top_p=args.top_p,
             top_k=args.top_k, max_tokens=args.max_tokens, seed=args.seed,
             batch_size=args.batch_size,
-            instruction_suffix=DEFAULT_SUFFIX if args.instruction_suffix is None
-            else args.instruction_suffix,
+            instruction_suffix=args.instruction_suffix,
             skip_invalid=args.skip_invalid, allow_errors=args.allow_errors,
             difficulty_key=args.difficulty_key, model_id=str(args.model or ""),
             timeout_s=args.timeout_s)
@@ -206,7 +207,10 @@ def _filter_with_model(args: argparse.Namespace, opts, loaded):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="trainer", description="MAGIC RL trainer")
+    # allow_abbrev=False: the top-level --local_rank must not swallow subcommand flags by
+    # prefix (argparse would read `filter --lo 1` as an ambiguous --local_rank).
+    ap = argparse.ArgumentParser(prog="trainer", description="MAGIC RL trainer",
+                                 allow_abbrev=False)
     # The deepspeed launcher passes --local_rank=N to every rank; the rank comes from the
     # environment (RANK, LOCAL_RANK) it also sets.
     ap.add_argument("--local_rank", "--local-rank", type=int, default=None,
@@ -246,8 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--output-dir", type=Path, default=None,
                     help="where generations.jsonl, results.jsonl and summary.json go "
                          "(default: runs/eval/<model>-<dataset>)")
-    ev.add_argument("--instruction-suffix", default=None,
-                    help="appended to math prompts (default: the report's \\boxed{} suffix)")
+    ev.add_argument("--instruction-suffix", default=DEFAULT_SUFFIX,
+                    help="appended to math prompts (the report's; '' for none)")
     ev.add_argument("--limit", type=int, default=None, help="first N problems only")
     ev.add_argument("--skip-invalid", action="store_true",
                     help="skip malformed rows (counted) instead of failing")
@@ -259,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     ev.set_defaults(fn=cmd_eval)
 
     fl = sub.add_parser("filter", help="offline difficulty filter: keep problems solved in "
-                        "[lo, hi] of k samples", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                        "[lo, hi] of k samples",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     fl.add_argument("--model", default=None, help="local checkpoint that samples the responses")
     fl.add_argument("--released-difficulty", metavar="MODEL", default=None,
                     help="sample nothing: use extra_info.model_difficulty[MODEL] of the data "
@@ -282,8 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     fl.add_argument("--difficulty-key", default=None,
                     help="key under extra_info.model_difficulty for verl rows (default: the "
                          "model directory's name)")
-    fl.add_argument("--instruction-suffix", default=None,
-                    help="appended to math prompts (default: the report's \\boxed{} suffix)")
+    fl.add_argument("--instruction-suffix", default=DEFAULT_SUFFIX,
+                    help="appended to math prompts (the report's; '' for none)")
     fl.add_argument("--skip-invalid", action="store_true")
     fl.add_argument("--allow-errors", action="store_true")
     fl.add_argument("--timeout-s", type=float, default=3600.0)

@@ -102,7 +102,7 @@ class LoadResult:
     outside_window: int = 0
     """LiveCodeBench rows left out by the contest-date window."""
     rows: list[Row] = field(default_factory=list)
-    """Every row read, in file order (for tools that write the data back)."""
+    """Every row read, in file order, when loaded with ``keep_rows`` (else empty)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -460,10 +460,12 @@ def load_dataset(paths: Sequence[str | Path] | str | Path, *,
                  instruction_suffix: str = DEFAULT_SUFFIX, code_suffix: str = "",
                  skip_invalid: bool = False,
                  date_window: tuple[str | None, str | None] | None = LCB_REPORT_WINDOW,
-                 allow_empty: bool = False) -> LoadResult:
+                 allow_empty: bool = False, keep_rows: bool = False) -> LoadResult:
     """Every row of ``paths`` (parquet or JSONL, any of the three formats), in order.
 
-    ``date_window`` applies to LiveCodeBench rows only (None keeps them all). Raises DataError
+    ``date_window`` applies to LiveCodeBench rows only (None keeps them all). ``keep_rows``
+    also returns every raw row in ``LoadResult.rows`` (for tools that write the data back; off
+    by default, as a large code set would be held twice). Raises DataError
     naming the file and row for a malformed row (unless ``skip_invalid``), for a duplicate
     problem id, and when no problem is left (unless ``allow_empty``).
     """
@@ -476,7 +478,8 @@ def load_dataset(paths: Sequence[str | Path] | str | Path, *,
     for p in paths:
         for where, index, raw in read_rows(p):
             rec = Row(where, index, raw)
-            rows.append(rec)
+            if keep_rows:
+                rows.append(rec)
             try:
                 if isinstance(raw, Exception):
                     raise raw
@@ -508,8 +511,8 @@ def load_dataset(paths: Sequence[str | Path] | str | Path, *,
         log.info("left out %d LiveCodeBench problems outside the contest-date window %s",
                  outside, date_window, extra={"outside_window": outside})
     if not problems and not allow_empty:
-        raise DataError(f"no usable problems in {[str(p) for p in paths]}"
-                        + (f" ({outside} outside the date window {date_window})" if outside else ""))
+        why = f" ({outside} outside the date window {date_window})" if outside else ""
+        raise DataError(f"no usable problems in {[str(p) for p in paths]}{why}")
     return LoadResult(problems, skipped, outside, rows)
 
 

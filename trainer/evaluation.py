@@ -106,10 +106,7 @@ def generate_and_score(engine: RolloutEngine, client: Any, problems: Sequence[Pr
     try:
         completions = engine.generate(prompts, params, on_done=on_done)
     except BaseException:
-        try:  # close the stream (its thread would otherwise wait for more items)
-            stream.wait(timeout_s=10.0)
-        except RewardError:
-            pass
+        _close(stream)
         raise
     generate_s = time.monotonic() - t0
     per_problem: list[list[Completion]] = [[] for _ in problems]
@@ -118,6 +115,7 @@ def generate_and_score(engine: RolloutEngine, client: Any, problems: Sequence[Pr
     for i, cs in enumerate(per_problem):
         cs.sort(key=lambda c: c.sample_index)
         if len(cs) != params.n:
+            _close(stream)
             raise RewardError(f"the engine returned {len(cs)} samples for problem "
                               f"{problems[i].id!r}, expected {params.n}")
     if after_generate is not None:
@@ -126,6 +124,14 @@ def generate_and_score(engine: RolloutEngine, client: Any, problems: Sequence[Pr
     run_problems = [_eval_problem(i, p, [c.text for c in per_problem[i]])
                     for i, p in enumerate(problems)]
     return ScoredRun(run_problems, results, per_problem, generate_s, waited)
+
+
+def _close(stream: RewardStream) -> None:
+    """End a stream whose generation failed (its thread would otherwise wait for more items)."""
+    try:
+        stream.wait(timeout_s=10.0)
+    except RewardError:
+        pass
 
 
 def summarize_run(run: ScoredRun, k: int, allow_errors: bool = False) -> dict[str, Any]:

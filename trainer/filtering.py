@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from trainer.data import (DEFAULT_SUFFIX, DataError, LoadResult, Problem, load_dataset,
-                          model_difficulty, row_format)
+from trainer.data import (DEFAULT_SUFFIX, LoadResult, Problem, load_dataset, model_difficulty,
+                          row_format)
 from trainer.interfaces import RolloutEngine, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -198,7 +198,8 @@ class Progress:
 
 def score_problems(opts: FilterOptions, loaded: LoadResult, engine: RolloutEngine | None,
                    client: Any, prompt_ids: Callable[[Problem], list[int]] | None,
-                   on_batch: Callable[[int, int], None] | None = None) -> tuple[dict[int, int], list[int], int]:
+                   on_batch: Callable[[int, int], None] | None = None,
+                   ) -> tuple[dict[int, int], list[int], int]:
     """Pass counts by row index for every usable row, generating only the batches the
     progress file lacks. Returns (pass counts, batches run now, errors counted as incorrect)."""
     from trainer.evaluation import generate_and_score
@@ -351,7 +352,7 @@ def load_for_filter(opts: FilterOptions) -> LoadResult:
     """Every row of the input (no LiveCodeBench date window: the filter scores what it is
     given). DataError naming the row unless ``skip_invalid``."""
     return load_dataset([opts.input], instruction_suffix=opts.instruction_suffix,
-                        skip_invalid=opts.skip_invalid, date_window=None)
+                        skip_invalid=opts.skip_invalid, date_window=None, keep_rows=True)
 
 
 def run_filter(opts: FilterOptions, engine: RolloutEngine | None, client: Any,
@@ -393,8 +394,3 @@ def _finish(opts: FilterOptions, loaded: LoadResult, counts: dict[int, Any], key
                         batches_total=n_batches, batches_run=list(ran),
                         errors_counted_as_incorrect=errors, output=str(opts.output),
                         kept_output=str(opts.kept_path))
-
-
-def check_input(path: Path) -> None:
-    if not Path(path).exists():
-        raise DataError(f"--input {path} does not exist")
