@@ -7,6 +7,7 @@ import json
 import signal
 import threading
 import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -270,3 +271,41 @@ def test_client_turns_unsendable_items_into_results_not_errors(server) -> None:
                                          Status.INVALID_INPUT, Status.CORRECT]
     assert "must be strings" in batch[1].detail and "not JSON" in batch[2].detail
     assert {k: v.status for k, v in streamed.items()} == {r.id: r.status for r in batch}
+
+
+def test_local_verifier_does_not_outlive_a_killed_parent(tmp_path) -> None:
+    """`trainer run` starts its verifier in its own session (so Ctrl-C reaches only the
+    trainer); if the trainer is SIGKILLed, the verifier must notice and exit."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import sys, time\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+        "from verifier.local import LocalVerifier\n"
+        "v = LocalVerifier(workers=1)\n"
+        "print(v.proc.pid, flush=True)\n"
+        "time.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    os.kill(child, 0)  # running
+    parent.kill()
+    parent.wait(timeout=10)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        try:  # it is not our child: reap nothing, just look
+            status = open(f"/proc/{child}/status").read()
+            if "State:\tZ" in status:
+                break
+        except FileNotFoundError:
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError("the local verifier outlived its killed parent")

@@ -28,8 +28,11 @@ class LocalVerifier:
 
     def __init__(self, *args: str, port: int = 0, workers: int | None = None,
                  startup_timeout_s: float = 120.0):
+        # Own session: a terminal's Ctrl-C reaches only the job, which still needs the verifier
+        # to finish its step; --exit-with-parent: the server drains and exits if the job dies
+        # without stopping it (SIGKILL), so no verifier is left behind.
         cmd = [sys.executable, "-m", "verifier.cli", "serve", "--port", str(port),
-               "--log-format", "json", *args]
+               "--log-format", "json", "--exit-with-parent", *args]
         if workers is not None:
             cmd += ["--workers", str(workers)]
         self.proc = subprocess.Popen(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import queue
 import signal
 import threading
@@ -88,6 +89,9 @@ class ServeConfig:
     """Allow binding a non-loopback address without TLS or a token."""
     unsafe_no_sandbox: bool = False
     """Run code WITHOUT isolation (development only; allowed on loopback only)."""
+    exit_with_parent: bool = False
+    """Drain and exit when the process that started this server dies (a verifier started for
+    one job, e.g. by `trainer run`, must not outlive a job that was killed)."""
     tls_cert: Path | None = None
     """PEM certificate chain this server presents; with --tls-key it turns TLS on. Default off:
     on loopback nobody can listen in; off loopback TLS or a token (or --insecure) is required."""
@@ -499,6 +503,17 @@ def serve(config: ServeConfig) -> None:
     # Signal handlers run on the main thread; the drain itself happens below, not in the handler.
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if config.exit_with_parent:
+        parent = os.getppid()
+
+        def watch_parent() -> None:
+            # A dead parent re-parents us (to init or a subreaper): getppid() changes.
+            while not stop.wait(0.5):
+                if os.getppid() != parent:
+                    log.warning("parent process died; draining", extra={"parent_pid": parent})
+                    stop.set()
+
+        threading.Thread(target=watch_parent, name="verifier-parent-watch", daemon=True).start()
     stop.wait()
     log.info("draining", extra={"signal": received[0] if received else None,
                                 "grace_s": config.grace_s})
