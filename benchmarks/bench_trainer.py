@@ -50,7 +50,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--chunk", type=int, default=2, help="prompts per generation chunk")
+    ap.add_argument("--chunk", type=int, default=1, help="prompts per generation chunk (default 1, as the demo)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     spec = importlib.util.spec_from_file_location("arith", ROOT / "datasets" / "arithmetic.py")
