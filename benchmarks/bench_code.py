@@ -24,6 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 FENCE = "```"
 
@@ -110,23 +111,10 @@ def baseline(samples: list[dict], parallel: int = 2) -> tuple[float, int]:
 
 
 def candidate(samples: list[dict], workers: int) -> tuple[float, dict]:
-    from verifier.client import VerifierClient
-    from verifier.local import LocalVerifier
+    from common import stream_rate
 
     items = [{k: v for k, v in s.items() if k != "program"} for s in samples]
-    with LocalVerifier(workers=workers) as server:
-        if server.sandbox_problem:
-            raise RuntimeError(f"no sandbox: {server.sandbox_problem}")
-        with VerifierClient(server.address) as client:
-            client.wait_ready()
-            list(client.stream(items[:10]))  # warm up
-            start = time.perf_counter()
-            results = list(client.stream(items))
-            rate = len(items) / (time.perf_counter() - start)
-    counts: dict = {}
-    for r in results:
-        counts[r.status.value] = counts.get(r.status.value, 0) + 1
-    return rate, counts
+    return stream_rate(items, workers, warmup=items[:10])
 
 
 def main() -> None:

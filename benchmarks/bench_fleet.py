@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -30,40 +29,8 @@ from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-# The item generator of bench_math.py (kept here so this benchmark stands alone).
-FORMS = [
-    lambda r: str(r.randint(0, 999)),
-    lambda r: f"\\frac{{{r.randint(1, 99)}}}{{{r.randint(2, 99)}}}",
-    lambda r: f"{r.randint(1, 9)}\\sqrt{{{r.choice([2, 3, 5, 7])}}}",
-    lambda r: f"{r.randint(1, 20)}\\pi",
-    lambda r: f"({r.randint(-9, 0)}, {r.randint(1, 9)}]",
-    lambda r: f"x^2 + {r.randint(1, 9)}x + {r.randint(1, 9)}",
-    lambda r: f"{r.randint(1, 99)}.{r.randint(1, 99)}",
-    lambda r: f"\\{{{r.randint(1, 5)}, {r.randint(6, 9)}\\}}",
-    lambda r: f"({r.randint(0, 9)}, {r.randint(0, 9)})",
-    lambda r: f"\\frac{{\\sqrt{{{r.choice([2, 3, 5])}}}}}{{{r.randint(2, 9)}}}",
-]
-WRONG = [
-    lambda g, r: g + "+1",
-    lambda g, r: str(r.randint(0, 9999)),
-    lambda g, r: f"-{g}" if not g.startswith("(") else g[::-1],
-]
-FILLER = ("We consider the constraints carefully. Let the unknown be $x$; substituting gives "
-          "$x^2 - 5x + 6 = 0$, hence $x = 2$ or $x = 3$. Checking both candidates against the "
-          "original condition, only one survives. ")
-
-
-def make_items(n: int, seed: int = 0) -> list[dict]:
-    rng = random.Random(seed)
-    items = []
-    for i in range(n):
-        gold = rng.choice(FORMS)(rng)
-        answer = gold if rng.random() < 0.5 else rng.choice(WRONG)(gold, rng)
-        think = FILLER * rng.randint(5, 40) + f" (case {i})"
-        response = f"<think>{think}</think>\nTherefore the answer is $\\boxed{{{answer}}}$."
-        items.append({"id": f"m{i}", "domain": "math", "response": response, "ground_truth": gold})
-    return items
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_math import make_items  # noqa: E402  (the same unique, realistic math items)
 
 
 class Replica:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 FORMS = [
     lambda r: (str(r.randint(0, 999)), None),
@@ -71,20 +72,9 @@ def baseline(items: list[dict]) -> float:
 
 
 def candidate(items: list[dict], workers: int) -> tuple[float, dict]:
-    from verifier.client import VerifierClient
-    from verifier.local import LocalVerifier
+    from common import stream_rate
 
-    with LocalVerifier(workers=workers) as server:
-        with VerifierClient(server.address) as client:
-            client.wait_ready()
-            list(client.stream(make_items(50, seed=99)))  # warm the connection and workers
-            start = time.perf_counter()
-            results = list(client.stream(items))
-            rate = len(items) / (time.perf_counter() - start)
-    counts: dict = {}
-    for r in results:
-        counts[r.status.value] = counts.get(r.status.value, 0) + 1
-    return rate, counts
+    return stream_rate(items, workers, warmup=make_items(50, seed=99))
 
 
 def main() -> None:

@@ -3,18 +3,14 @@
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from verifier.local import LocalVerifier
 from verifier.scoring import ScoringConfig
 from verifier.server import ServeConfig, create_server
 
@@ -39,37 +35,17 @@ def server() -> Iterator[tuple[object, str]]:
     srv.stop(grace_s=1.0)
 
 
-class ServerProcess:
-    """``verifier serve`` in a child process; ``address`` is read from its first log line."""
+class ServerProcess(LocalVerifier):
+    """``verifier serve`` in a child process (verifier.local.LocalVerifier: its address read
+    from its first log line), plus what the signal and restart tests need."""
 
     def __init__(self, port: int = 0, *args: str):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "verifier.cli", "serve", "--port", str(port), *args],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        self.lines: list[str] = []
-        self.address = self._wait_for_address(timeout_s=60)
-
-    def _wait_for_address(self, timeout_s: float) -> str:
-        assert self.proc.stdout is not None
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError("verifier serve exited early:\n" + "".join(self.lines))
-            self.lines.append(line)
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("message") == "verifier listening":
-                return rec["address"]
-        raise RuntimeError("verifier serve did not report its address:\n" + "".join(self.lines))
+        super().__init__(*args, port=port, startup_timeout_s=60)
 
     def rest_of_output(self) -> str:
-        assert self.proc.stdout is not None
-        return "".join(self.lines) + self.proc.stdout.read()
+        """Everything it printed; call after it exited (the reader thread then ends)."""
+        self._reader.join(timeout=5)
+        return self.output()
 
     def terminate(self, sig: int = signal.SIGTERM, timeout_s: float = 60) -> int:
         if self.proc.poll() is None:
