@@ -378,3 +378,30 @@ def test_never_raises_and_is_repeatable(answer: str, gold: str) -> None:
     assert first.status in {Status.CORRECT, Status.INCORRECT, Status.NO_ANSWER, Status.INVALID_INPUT}
     assert first.detail
     assert score_math(response, gold, LIMITS).status is first.status
+
+
+@pytest.mark.parametrize("response, gold", [
+    (r"\boxed{97}", "97"), (r"\boxed{96}", "97"), (r"\boxed{007}", "7"), (r"\boxed{+5}", "5"),
+    (r"\boxed{-3}", "3"), (r"\boxed{-0}", "0"), (r"\boxed{ 42 }", ["41", "42"]), (r"$\boxed{12}$", "012"),
+    (r"\boxed{5}", '["6", "7"]'), (r"\boxed{10}", 10), ("<think>x</think> \\boxed{8}", "8"),
+    ("<think>never closed \\boxed{5}", "5"), ("no box at all", "5"), (r"\boxed{}", "5"),
+    (r"\boxed{5}", ""), (r"\boxed{5}", {"a": 1}),
+])
+def test_quick_verdict_agrees_with_score_math(response, gold) -> None:
+    """The service judges these inline (no worker): the verdict must be score_math's."""
+    from verifier.math_score import quick_verdict
+
+    quick = quick_verdict(response, gold)
+    assert quick is not None
+    full = score_math(response, gold, Limits())
+    assert (quick.status, quick.detail) == (full.status, full.detail)
+
+
+@pytest.mark.parametrize("response, gold", [
+    (r"\boxed{\frac{1}{2}}", "0.5"), (r"\boxed{5}", "5.0"), (r"\boxed{5}", '["5", "x=5"]'),
+    (r"\boxed{1" + "0" * 300 + "}", "1"), (r"\boxed{50\%}", "50"),
+])
+def test_quick_verdict_leaves_the_rest_to_the_full_rules(response, gold) -> None:
+    from verifier.math_score import quick_verdict
+
+    assert quick_verdict(response, gold) is None

@@ -89,6 +89,32 @@ _DETAIL_CHARS = 60
 
 def score_math(response: str, ground_truth: Any, limits: Limits) -> Outcome:
     """Score one math item (DESIGN.md 5). Never raises for bad input: INVALID_INPUT instead."""
+    prepared = _prepare(response, ground_truth)
+    if isinstance(prepared, Outcome):
+        return prepared
+    answer, golds = prepared
+    quick = _integer_verdict(answer, golds)
+    if quick is not None:
+        return quick
+    budget = getattr(limits, "timeout_s", None) or DEFAULT_TIMEOUT_S
+    deadline = time.monotonic() + budget
+    return _judge(answer, golds, deadline)
+
+
+def quick_verdict(response: str, ground_truth: Any) -> Outcome | None:
+    """score_math's verdict when it needs no sympy, else None: bad input (INVALID_INPUT), no
+    answer (NO_ANSWER), or an answer and acceptable golds that are all plain integers (AIME
+    style), compared as integers. The same code as score_math's first steps, so the same
+    verdict; cheap and bounded (no parser), so the service runs it inline, sparing the item
+    a round trip through a worker process."""
+    prepared = _prepare(response, ground_truth)
+    if isinstance(prepared, Outcome):
+        return prepared
+    return _integer_verdict(*prepared)
+
+
+def _prepare(response: str, ground_truth: Any) -> tuple[str, list[str]] | Outcome:
+    """(answer, acceptable golds), or the Outcome that ends scoring early."""
     golds = _gold_answers(ground_truth)
     if isinstance(golds, Outcome):
         return golds
@@ -108,10 +134,23 @@ def score_math(response: str, ground_truth: Any, limits: Limits) -> Outcome:
     answer = _unwrap_boxes(boxed).strip()
     if not _normalise(answer):
         return Outcome(Status.NO_ANSWER, "the last \\boxed{} is empty")
+    return answer, golds
 
-    budget = getattr(limits, "timeout_s", None) or DEFAULT_TIMEOUT_S
-    deadline = time.monotonic() + budget
-    return _judge(answer, golds, deadline)
+
+_PLAIN_INT = re.compile(r"[+-]?\d{1,200}")
+
+
+def _integer_verdict(answer: str, golds: list[str]) -> Outcome | None:
+    """Integers compare as integers (``007`` = ``7``, ``+5`` = ``5``); None unless the answer
+    and every gold are plain integers."""
+    a = _normalise(answer)
+    norm_golds = [_normalise(g) for g in golds]
+    if not _PLAIN_INT.fullmatch(a) or not all(_PLAIN_INT.fullmatch(g) for g in norm_golds):
+        return None
+    for gold, g in zip(golds, norm_golds):
+        if int(g) == int(a):
+            return Outcome(Status.CORRECT, _matches(answer, gold))
+    return _no_match(answer, golds)
 
 
 def warm_up() -> None:
@@ -205,6 +244,10 @@ def _judge(answer: str, golds: list[str], deadline: float) -> Outcome:
         if _equivalent(parsed_gold, parsed_answer, timeout_s):
             return Outcome(Status.CORRECT, _matches(answer, gold))
 
+    return _no_match(answer, golds)
+
+
+def _no_match(answer: str, golds: list[str]) -> Outcome:
     if len(golds) == 1:
         return Outcome(
             Status.INCORRECT, f"answer {_q(answer)} does not match gold {_q(golds[0])}"

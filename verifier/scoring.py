@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Literal
 
 from verifier.items import Item, Limits, Outcome, Result, Status, VerifierError, validate_item
+from verifier.math_score import quick_verdict
 from verifier.pool import DeadlineExceeded, DeadlinePool, TaskFailed, WorkerDied
 
 log = logging.getLogger(__name__)
@@ -135,6 +136,12 @@ class Scorer:
 
     def _submit_math(self, item: Item, start: float, block_s: float) -> Future:
         limits = item.limits.with_defaults(timeout_s=self.config.math_timeout_s)
+        # Items that need no sympy (no answer, bad gold, integer vs integer: most RL math) are
+        # judged here, by the same code score_math starts with: it is bounded and parser-free,
+        # so it is safe on this thread, and it spares the item a worker round trip.
+        quick = quick_verdict(item.response, item.ground_truth)
+        if quick is not None:
+            return _done(_result(item, quick, limits, start))
         inner = self._pool.submit(
             _math_task, (item.response, item.ground_truth, limits), limits.timeout_s, block_s
         )
