@@ -82,3 +82,13 @@ def test_cancelled_task_never_runs() -> None:
         assert second.cancel()
         assert first.result(timeout=10) == "a"
         assert second.cancelled()
+
+
+def test_a_killed_worker_is_replaced_at_once(pool: DeadlinePool) -> None:
+    """The replacement starts right after the failed task is answered, not on the next task."""
+    with pytest.raises(DeadlineExceeded):
+        pool.submit(t.sleep_then, (30, "x"), 0.3).result(timeout=10)
+    deadline = time.monotonic() + 10
+    while len(pool.pids()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(pool.pids()) == 2

@@ -127,6 +127,16 @@ class _Slot:
             self.conn.close()
         self.proc, self.conn = None, None
 
+    def _replace(self) -> None:
+        """Start the replacement worker now, after the failed task's caller has its answer, so
+        the slot is warm for the next task (and pids() lists it)."""
+        if self.pool._closed:
+            return
+        try:
+            self.start_process()
+        except OSError as e:  # retried lazily when the next task arrives
+            log.error("could not start a replacement worker", extra={"error": str(e)})
+
     def _supervise(self) -> None:
         while True:
             task = self.pool._queue.get()
@@ -162,6 +172,7 @@ class _Slot:
                 self.pool._count_restart("deadline")
                 self.kill_process()
                 task.future.set_exception(DeadlineExceeded(task.deadline_s))
+                self._replace()
                 return
         except (EOFError, OSError) as e:
             code = None
@@ -177,6 +188,7 @@ class _Slot:
             else:
                 why = f"worker process exited with code {code}"
             task.future.set_exception(WorkerDied(why))
+            self._replace()
             return
         except Exception as e:  # noqa: BLE001 - e.g. an unpicklable task: fail it, keep serving
             task.future.set_exception(e)
