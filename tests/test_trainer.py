@@ -386,3 +386,11 @@ def test_two_data_parallel_ranks_under_the_deepspeed_launcher(data, policy, tmp_
     assert r2.returncode == 0, r2.stdout[-4000:] + r2.stderr[-4000:]
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in rows] == [0, 1, 2, 3, 4]
+
+
+def test_verifier_client_options_reach_the_client_config(data, tmp_path) -> None:
+    cfg = demo_config(data, tmp_path, **{"verifier__client": "{token_file: /run/token, max_retries: 3}"})
+    cc = cfg.verifier_client_config()
+    assert (str(cc.token_file), cc.max_retries) == ("/run/token", 3)
+    with pytest.raises(ValueError, match="verifier.client"):
+        demo_config(data, tmp_path, **{"verifier__client": "{no_such_option: 1}"})

@@ -145,7 +145,7 @@ class Trainer:
 
             self._local_verifier = LocalVerifier(workers=self.cfg.verifier.workers)
             addr = self._local_verifier.address
-        self.client = VerifierClient(addr)
+        self.client = VerifierClient(addr, self.cfg.verifier_client_config())
         try:
             self.client.wait_ready(timeout_s=self.cfg.verifier.connect_timeout_s)
         except Exception as e:

@@ -47,6 +47,10 @@ class VerifierSettings:
     stream: bool = True
     """Send each finished generation chunk to the verifier at once (overlap, the default);
     False waits for the whole batch first (for comparison: benchmarks/bench_trainer.py)."""
+    client: dict[str, Any] = field(default_factory=dict)
+    """Extra verifier.client.ClientConfig fields for reaching a secured fleet, e.g.
+    ``{tls: true, tls_ca: ca.pem}`` or ``{token_file: /secrets/token}`` (a token in the
+    VERIFIER_TOKEN environment variable is used without this)."""
     connect_timeout_s: float = 30.0
     """How long to wait at start-up for the verifier to answer health checks, seconds; an
     unreachable verifier is an error before any model is loaded."""
@@ -166,10 +170,20 @@ class RunConfig:
             raise ValueError("eval.every_steps must be >= 0 and eval.n_samples >= 1")
         if self.eval.every_steps and not self.data.eval_files:
             raise ValueError("eval.every_steps > 0 needs data.eval_files (or set it to 0)")
+        try:
+            self.verifier_client_config()
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"verifier.client: {e}") from None
         if self.micro_batch_size < 1:
             raise ValueError("micro_batch_size must be >= 1")
         if self.name in ("", ".", "..") or "/" in self.name:
             raise ValueError(f"name {self.name!r} must be a plain directory name")
+
+    def verifier_client_config(self) -> Any:
+        """The ClientConfig for ``verifier.addr`` (TLS, token, retries)."""
+        from verifier.client import ClientConfig
+
+        return ClientConfig(**self.verifier.client)
 
     @property
     def run_dir(self) -> Path:
