@@ -17,10 +17,8 @@ the ratio then shows how much of the second replica's capacity one client can us
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -31,34 +29,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_math import make_items  # noqa: E402  (the same unique, realistic math items)
-
-
-class Replica:
-    def __init__(self, workers: int):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "verifier.cli", "serve", "--port", "0", "--workers",
-             str(workers), "--log-format", "json"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        assert self.proc.stdout is not None
-        self.address = ""
-        for line in self.proc.stdout:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("message") == "verifier listening":
-                self.address = rec["address"]
-                break
-        if not self.address:
-            raise RuntimeError("verifier serve did not start")
-        # keep draining its output so a chatty server never blocks on a full pipe
-        threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
 
 
 def relabel(items: list[dict], prefix: str) -> list[dict]:
@@ -120,7 +90,9 @@ def main() -> None:
     ap.add_argument("--per-client", type=int, default=2000)
     args = ap.parse_args()
 
-    replicas = [Replica(args.workers), Replica(args.workers)]
+    from verifier.local import LocalVerifier
+
+    replicas = [LocalVerifier(workers=args.workers), LocalVerifier(workers=args.workers)]
     try:
         one = one_client(replicas[0].address, relabel(make_items(args.n, seed=1), "a"))
         both = ",".join(r.address for r in replicas)
