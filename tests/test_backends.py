@@ -9,7 +9,6 @@ step is ``lr * sign(g)`` and would hide scale errors.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,26 +20,11 @@ from trainer.backends.common import UPDATE_METRIC_KEYS, target_logprobs, token_s
 from trainer.backends.torch_backend import TorchBackend
 from trainer.hf_utils import CheckpointError
 from trainer.interfaces import Completion, LossSettings, TokenBatch, UpdatePlan
-from trainer.tiny import save_tiny
+from tests.backend_fixtures import model_dir, one_torch_thread  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.timeout(120)
 
 ADAM = BackendConfig(lr=1e-3)  # real Adam (eps 1e-8): optimizer state matters on resume
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """The tiny model gains nothing from intra-op threads, and on a busy 2-core machine
-    OpenMP threads contending with other processes make each matmul ~100x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    return save_tiny(tmp_path_factory.mktemp("tiny"))
 
 
 @pytest.fixture(scope="module")

@@ -29,32 +29,17 @@ from tests.ds_worker import (
     make_batch,
     rank_rows,
 )
+from tests.backend_fixtures import model_dir, one_torch_thread  # noqa: F401 (fixtures)
 from trainer.backends import BackendConfig, create_backend
 from trainer.backends.torch_backend import TorchBackend
 from trainer.hf_utils import CheckpointError
 from trainer.interfaces import LossSettings
-from trainer.tiny import save_tiny
 
 deepspeed = pytest.importorskip("deepspeed")
 from trainer.backends.deepspeed_backend import DeepSpeedBackend, deepspeed_config
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = [0, 1, 2, 3]  # all four run on DeepSpeed's CPU accelerator
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """The tiny model gains nothing from intra-op threads, and on a busy 2-core machine
-    OpenMP threads contending with other processes make each matmul ~100x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    return save_tiny(tmp_path_factory.mktemp("tiny"))
 
 
 @pytest.fixture(scope="module", autouse=True)
