@@ -202,6 +202,14 @@ class ProcessOutcome:
 _READ = 65536
 
 
+def append_capped(buf: bytearray, data: bytes, limit: int) -> bool:
+    """Append ``data`` to ``buf`` without letting it grow past ``limit`` bytes (the output cap:
+    never buffer more than that); True when something had to be cut off."""
+    room = limit - len(buf)
+    buf += data[:room]
+    return len(data) > room
+
+
 def run_process(
     argv: list[str],
     *,
@@ -358,18 +366,13 @@ def run_process(
                             outcome.stopped = True
                             stop_reason = "stopped"
                             break
-                    else:
-                        room = output_bytes - len(out)
-                        out += chunk[:room]
-                        if len(chunk) > room:
-                            outcome.output_exceeded = True
-                            outcome.stdout_truncated = True
-                            stop_reason = "output"
-                            break
+                    elif append_capped(out, chunk, output_bytes):
+                        outcome.output_exceeded = True
+                        outcome.stdout_truncated = True
+                        stop_reason = "output"
+                        break
                 elif tag == "err":
-                    room = output_bytes - len(err)
-                    err += chunk[:room]
-                    if len(chunk) > room:
+                    if append_capped(err, chunk, output_bytes):
                         outcome.output_exceeded = True
                         outcome.stderr_truncated = True
                         stop_reason = "output"

@@ -25,7 +25,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .base import RunResult, SandboxLimits, SandboxUnavailable, StdoutHook, ceil_s, check_file_name
+from .base import (
+    RunResult, SandboxLimits, SandboxUnavailable, StdoutHook, ceil_s, check_file_name,
+    append_capped,
+)
 
 _BOOT = (
     "import os,sys,tarfile,io\n"
@@ -245,26 +248,20 @@ class DockerSandbox:
                                 if on_stdout(data) is False:
                                     status, eof = "stopped", True
                                     break
-                            else:
-                                room = lim.output_bytes - len(out)
-                                out += data[:room]
-                                if len(data) > room:
-                                    status, detail = (
-                                        "output_limit",
-                                        f"output over {lim.output_bytes} bytes",
-                                    )
-                                    eof = True
-                                    break
-                        elif kind == 2:
-                            room = lim.output_bytes - len(err)
-                            err += data[:room]
-                            if len(data) > room:
+                            elif append_capped(out, data, lim.output_bytes):
                                 status, detail = (
                                     "output_limit",
                                     f"output over {lim.output_bytes} bytes",
                                 )
                                 eof = True
                                 break
+                        elif kind == 2 and append_capped(err, data, lim.output_bytes):
+                            status, detail = (
+                                "output_limit",
+                                f"output over {lim.output_bytes} bytes",
+                            )
+                            eof = True
+                            break
             if status != "ok":
                 try:
                     api.kill(cid)

@@ -382,3 +382,13 @@ def test_docker_runs_and_limits(docker_sandbox):
         sb, "import os\ntry:\n    open('/x', 'w'); print('rw')\nexcept OSError:\n    print('ro')"
     )
     assert r.stdout == b"ro\n"
+
+
+def test_append_capped_never_buffers_past_the_cap():
+    from sandbox.base import append_capped
+
+    buf = bytearray(b"ab")
+    assert append_capped(buf, b"cd", 5) is False and buf == b"abcd"
+    assert append_capped(buf, b"efg", 5) is True and buf == b"abcde"  # cut at the cap
+    assert append_capped(buf, b"h", 5) is True and buf == b"abcde"
+    assert append_capped(bytearray(), b"", 0) is False
