@@ -80,9 +80,7 @@ def main() -> None:
             t0 = time.perf_counter()
             comps = t.engine.generate(prompts, params)
             bare.append(sum(len(c.token_ids) for c in comps) / (time.perf_counter() - t0))
-            from trainer.rewards import RewardStream
-
-            rs = RewardStream(t.client)
+            rs = t.client.stream()
 
             def on_done(chunk, rs=rs, step=step, problems=problems):
                 rs.submit([problems[c.prompt_index].verifier_item(f"b{step}:{c.prompt_index}:{c.sample_index}", c.text) for c in chunk])

@@ -182,10 +182,10 @@ def test_verification_overlaps_generation(data, policy, tmp_path) -> None:
     arrivals: list[float] = []
 
     class RecordingStream(loop_mod.RewardStream):
-        def _run(self) -> None:
-            for r in self._client.stream(self._items()):
-                self._results[r.id] = r
-                arrivals.append(time.monotonic())
+        def wait(self, timeout_s: float = 3600.0):
+            out = super().wait(timeout_s)
+            arrivals.extend(self.arrived_at.values())  # when each result reached the client
+            return out
 
     cfg = demo_config(data, tmp_path, policy, eval__every_steps=0)
     trainer = Trainer(cfg)

@@ -77,9 +77,9 @@ def wrong(answer: str) -> str:
 
 @pytest.fixture(scope="module")
 def client(server):
-    from verifier.client import VerifierClient
+    from trainer.rewards import RewardClient
 
-    with VerifierClient(server[1]) as c:
+    with RewardClient(server[1]) as c:
         yield c
 
 

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 from trainer.data import LCB_REPORT_WINDOW, DataError, Problem, load_dataset
 from trainer.interfaces import Completion, RolloutEngine, SamplingParams
-from trainer.rewards import RewardError, RewardStream
+from trainer.rewards import RewardClient, RewardError, RewardStream
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def generate_and_score(engine: RolloutEngine, client: Any, problems: Sequence[Pr
                        after_generate: Callable[[list[Completion]], None] | None = None,
                        ) -> ScoredRun:
     """Sample ``params.n`` responses per problem and score every one through ``client`` (a
-    ``VerifierClient``), streaming each finished chunk while generation continues.
+    ``trainer.rewards.RewardClient``), streaming each finished chunk while generation continues.
 
     ``after_generate(completions)`` runs when generation has ended, before waiting for the
     remaining verdicts (the trainer puts its engine to sleep there; ``trainer eval`` writes
@@ -106,7 +106,7 @@ def generate_and_score(engine: RolloutEngine, client: Any, problems: Sequence[Pr
     try:
         completions = engine.generate(prompts, params, on_done=on_done)
     except BaseException:
-        _close(stream)
+        stream.abort()
         raise
     generate_s = time.monotonic() - t0
     per_problem: list[list[Completion]] = [[] for _ in problems]
@@ -115,7 +115,7 @@ def generate_and_score(engine: RolloutEngine, client: Any, problems: Sequence[Pr
     for i, cs in enumerate(per_problem):
         cs.sort(key=lambda c: c.sample_index)
         if len(cs) != params.n:
-            _close(stream)
+            stream.abort()
             raise RewardError(f"the engine returned {len(cs)} samples for problem "
                               f"{problems[i].id!r}, expected {params.n}")
     if after_generate is not None:
@@ -124,14 +124,6 @@ def generate_and_score(engine: RolloutEngine, client: Any, problems: Sequence[Pr
     run_problems = [_eval_problem(i, p, [c.text for c in per_problem[i]])
                     for i, p in enumerate(problems)]
     return ScoredRun(run_problems, results, per_problem, generate_s, waited)
-
-
-def _close(stream: RewardStream) -> None:
-    """End a stream whose generation failed (its thread would otherwise wait for more items)."""
-    try:
-        stream.wait(timeout_s=10.0)
-    except RewardError:
-        pass
 
 
 def summarize_run(run: ScoredRun, k: int, allow_errors: bool = False) -> dict[str, Any]:
@@ -266,7 +258,7 @@ def default_output_dir(opts: EvalOptions) -> Path:
 
 
 class verifier_connection:  # noqa: N801 - a context manager used like a function
-    """A connected VerifierClient: to ``addr``, or to a local ``verifier serve`` child started
+    """A connected RewardClient: to ``addr``, or to a local ``verifier serve`` child started
     for the job and stopped after (DESIGN.md 3.2)."""
 
     def __init__(self, addr: str | None, workers: int = 2, connect_timeout_s: float = 60.0):
@@ -275,7 +267,7 @@ class verifier_connection:  # noqa: N801 - a context manager used like a functio
         self.client = None
 
     def __enter__(self) -> Any:
-        from verifier.client import ClientConfig, VerifierClient
+        from verifier.client import ClientConfig
 
         addr = self.addr
         if addr is None:
@@ -287,12 +279,12 @@ class verifier_connection:  # noqa: N801 - a context manager used like a functio
                 log.warning("the local verifier's sandbox is unavailable; code items will get "
                             "SANDBOX_ERROR: %s", self.local.sandbox_problem)
         # An evaluation is one long stream: allow far more than the library default.
-        self.client = VerifierClient(addr, ClientConfig(timeout_s=24 * 3600.0))
         try:
-            self.client.wait_ready(timeout_s=self.connect_timeout_s)
-        except Exception as e:
+            self.client = RewardClient(addr, ClientConfig(timeout_s=24 * 3600.0),
+                                       connect_timeout_s=self.connect_timeout_s)
+        except RewardError:
             self.__exit__(None, None, None)
-            raise RewardError(f"verifier at {addr} is not reachable: {e}") from e
+            raise
         return self.client
 
     def __exit__(self, *exc: object) -> None:

@@ -31,7 +31,8 @@ from trainer.data import PromptSampler, Problem, load_problems
 from trainer.hf_utils import CheckpointError, chat_prompt_ids, load_tokenizer
 from trainer.interfaces import Completion, LossSettings, SamplingParams, TokenBatch, UpdatePlan
 from trainer.metrics_log import MetricsLogger
-from trainer.rewards import NOT_A_VERDICT, RewardError, RewardStream, check_verdicts
+from trainer.rewards import (NOT_A_VERDICT, RewardClient, RewardError, RewardStream,
+                             check_verdicts)
 from trainer.run_config import RunConfig
 from trainer.schedule import response_indices
 
@@ -137,20 +138,18 @@ class Trainer:
         return path
 
     def _connect_verifier(self) -> None:
-        from verifier.client import VerifierClient
-
         addr = self.cfg.verifier.addr
         if addr is None:
             from verifier.local import LocalVerifier
 
             self._local_verifier = LocalVerifier(workers=self.cfg.verifier.workers)
             addr = self._local_verifier.address
-        self.client = VerifierClient(addr, self.cfg.verifier_client_config())
-        try:
-            self.client.wait_ready(timeout_s=self.cfg.verifier.connect_timeout_s)
-        except Exception as e:
+        try:  # RewardError when the verifier does not answer: before any model is loaded
+            self.client = RewardClient(addr, self.cfg.verifier_client_config(),
+                                       connect_timeout_s=self.cfg.verifier.connect_timeout_s)
+        except RewardError:
             self.close()
-            raise RewardError(f"verifier at {addr} is not reachable: {e}") from e
+            raise
 
     def _warm_start(self, model_path: Path) -> Path:
         from trainer.warmstart import warm_start
@@ -212,8 +211,12 @@ class Trainer:
 
         t0 = time.monotonic()
         self.engine.wake_up()
-        completions = self.engine.generate([self.prompt_ids(p) for p in problems], params,
-                                           on_done=on_done if cfg.verifier.stream else None)
+        try:
+            completions = self.engine.generate([self.prompt_ids(p) for p in problems], params,
+                                               on_done=on_done if cfg.verifier.stream else None)
+        except BaseException:
+            rewards_stream.abort()
+            raise
         self.engine.sleep()
         t_generate = time.monotonic() - t0
         if not cfg.verifier.stream:

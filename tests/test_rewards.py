@@ -1,0 +1,159 @@
+"""trainer/rewards.py: the verifier client that runs in a child process, against a real
+verifier (a gRPC server on port 0, or `verifier serve` as a process for the failure cases)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ServerProcess, math_item
+from trainer.rewards import RewardClient, RewardError
+from verifier.client import ClientConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def items(prefix: str, n: int) -> list[dict]:
+    """Item i answers i mod 3 to a question whose gold is 1."""
+    return [math_item(f"{prefix}{i}", f"so $\\boxed{{{i % 3}}}$", "1") for i in range(n)]
+
+
+def gone(pid: int, within_s: float) -> bool:
+    end = time.monotonic() + within_s
+    while time.monotonic() < end:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        try:  # reap it if it is our own child
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture(scope="module")
+def rclient(server):
+    with RewardClient(server[1]) as c:
+        yield c
+
+
+def test_results_of_several_submits_come_back_keyed_by_id(rclient) -> None:
+    stream = rclient.stream()
+    stream.submit(items("a", 5))
+    stream.submit([])
+    stream.submit(items("b", 4))
+    results, waited = stream.wait(timeout_s=60)
+    assert sorted(results) == sorted([f"a{i}" for i in range(5)] + [f"b{i}" for i in range(4)])
+    assert [results[f"a{i}"].correct for i in range(5)] == [i % 3 == 1 for i in range(5)]
+    assert results["b1"].reward == 1.0 and results["b2"].reward == 0.0
+    assert waited >= 0.0
+
+
+def test_two_open_streams_get_their_own_results(rclient) -> None:
+    first, second = rclient.stream(), rclient.stream()
+    first.submit(items("x", 3))
+    second.submit(items("y", 2))
+    got2, _ = second.wait(timeout_s=60)
+    got1, _ = first.wait(timeout_s=60)
+    assert sorted(got1) == ["x0", "x1", "x2"] and sorted(got2) == ["y0", "y1"]
+
+
+def test_an_aborted_stream_leaves_the_client_usable(rclient) -> None:
+    stream = rclient.stream()
+    stream.submit(items("z", 3))
+    stream.abort()
+    with pytest.raises(RuntimeError, match="after wait"):
+        stream.submit(items("z", 1))
+    again = rclient.stream()
+    again.submit(items("w", 2))
+    assert sorted(again.wait(timeout_s=60)[0]) == ["w0", "w1"]
+
+
+def test_bad_items_get_per_item_verdicts_not_a_failed_stream(rclient) -> None:
+    stream = rclient.stream()
+    stream.submit([{"id": "bad", "domain": "chemistry", "response": "x", "ground_truth": "1"},
+                   *items("ok", 1)])
+    results, _ = stream.wait(timeout_s=60)
+    assert results["bad"].status.value == "INVALID_INPUT"
+    assert results["ok0"].status.value == "INCORRECT"
+
+
+def test_unreachable_verifier_is_an_error_naming_it() -> None:
+    t0 = time.monotonic()
+    with pytest.raises(RewardError, match=r"127\.0\.0\.1:1 is not reachable"):
+        RewardClient("127.0.0.1:1", connect_timeout_s=1.0)
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_hung_verifier_fails_wait_at_its_deadline_then_a_new_stream_works() -> None:
+    with ServerProcess() as srv, RewardClient(srv.address) as client:
+        stream = client.stream()
+        os.kill(srv.proc.pid, signal.SIGSTOP)  # the verifier stops answering, stays connected
+        try:
+            stream.submit(items("h", 3))
+            t0 = time.monotonic()
+            with pytest.raises(RewardError, match="no answer from the verifier within 2 s"):
+                stream.wait(timeout_s=2.0)
+            assert 1.9 < time.monotonic() - t0 < 10
+        finally:
+            os.kill(srv.proc.pid, signal.SIGCONT)
+        again = client.stream()  # a fresh client process
+        again.submit(items("r", 2))
+        assert sorted(again.wait(timeout_s=60)[0]) == ["r0", "r1"]
+
+
+def test_a_verifier_gone_for_good_fails_the_stream_loudly() -> None:
+    cfg = ClientConfig(max_retries=1, backoff_s=0.05, max_backoff_s=0.1)
+    srv = ServerProcess()
+    try:
+        client = RewardClient(srv.address, cfg)
+        srv.terminate(signal.SIGKILL)
+        stream = client.stream()
+        stream.submit(items("g", 2))
+        with pytest.raises(RewardError, match="verifier stream failed"):
+            stream.wait(timeout_s=60)
+        client.close()
+    finally:
+        srv.stop()
+
+
+def test_a_killed_client_process_fails_the_step_and_is_replaced(rclient) -> None:
+    stream = rclient.stream()
+    stream.submit(items("k", 2))
+    pid = rclient._proc.pid
+    os.kill(pid, signal.SIGKILL)
+    assert gone(pid, 10)
+    with pytest.raises(RewardError, match="client process died"):
+        stream.submit(items("k", 1))
+        stream.wait(timeout_s=30)
+    again = rclient.stream()
+    assert rclient._proc.pid != pid
+    again.submit(items("n", 2))
+    assert sorted(again.wait(timeout_s=60)[0]) == ["n0", "n1"]
+
+
+def test_the_client_process_does_not_outlive_a_killed_trainer(server) -> None:
+    code = ("import os, signal, sys; from trainer.rewards import RewardClient; "
+            f"c = RewardClient({server[1]!r}); print(c._proc.pid, flush=True); "
+            "os.kill(os.getpid(), signal.SIGKILL)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    child = int(out.stdout.split()[0])
+    assert gone(child, 10), "the verifier client process outlived its parent"
+
+
+def test_close_stops_the_client_process(server) -> None:
+    client = RewardClient(server[1])
+    proc = client._proc
+    client.close()
+    assert proc.poll() is not None
+    with pytest.raises(RewardError, match="closed"):
+        client.stream()
