@@ -352,27 +352,29 @@ def test_report_recipes_load_with_the_released_values(name) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_two_data_parallel_ranks_under_the_deepspeed_launcher(data, policy, tmp_path) -> None:
-    """`trainer run` under `deepspeed --num_gpus 2`: each rank generates and verifies its half
-    of the prompts, the DeepSpeed update averages over both, both engines receive the same
-    weights, rank 0 alone writes the run directory, and a resume continues from the shared
-    checkpoint."""
+def deepspeed_launch(*args: str, ranks: int = 2) -> subprocess.CompletedProcess:
+    """`deepspeed --num_gpus RANKS --module trainer.cli run ARGS` (CPU: one process per rank)."""
     import shutil as sh
 
     from trainer.backends.deepspeed_backend import free_port
 
     exe = sh.which("deepspeed", path=str(Path(sys.executable).parent))
     assert exe is not None, "the deepspeed launcher is not installed next to this Python"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [exe, "--num_gpus", str(ranks), "--master_port", str(free_port()), "--module",
+           "trainer.cli", "run", *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=500)
+
+
+def test_two_data_parallel_ranks_under_the_deepspeed_launcher(data, policy, tmp_path) -> None:
+    """`trainer run` under `deepspeed --num_gpus 2`: each rank generates and verifies its half
+    of the prompts, the DeepSpeed update averages over both, both engines receive the same
+    weights, rank 0 alone writes the run directory, and a resume continues from the shared
+    checkpoint."""
     args = overrides(data, tmp_path, policy, total_steps=3, eval__every_steps=2,
                      checkpoint_every=2, backend__kind="deepspeed", backend__zero_stage=2,
                      magic__prompts_per_step=4, magic__mini_batch_size=2)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-
-    def launch(*extra: str) -> subprocess.CompletedProcess:
-        cmd = [exe, "--num_gpus", "2", "--master_port", str(free_port()), "--module",
-               "trainer.cli", "run", *extra]
-        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=500)
-
+    launch = deepspeed_launch
     r = launch("--config", "trainer/configs/demo.yaml", *args)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     run = tmp_path / "t"
@@ -386,6 +388,40 @@ def test_two_data_parallel_ranks_under_the_deepspeed_launcher(data, policy, tmp_
     assert r2.returncode == 0, r2.stdout[-4000:] + r2.stderr[-4000:]
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in rows] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_two_ranks_share_one_tensor_parallel_vllm_engine(data, policy, tmp_path) -> None:
+    """The 32B recipe's layout on CPU, scaled down: `deepspeed --num_gpus 2` with
+    engine.tensor_parallel_size=2, so both ranks run ONE vLLM engine (a shard each, vLLM's
+    external launcher). The engine generates every prompt; each rank verifies and trains on its
+    half (every response judged once), DeepSpeed ZeRO-3 updates, the full weights go back into
+    both shards, and evaluation runs through the same engine."""
+    P, G = 4, 4
+    r = deepspeed_launch("--config", "trainer/configs/demo.yaml", *overrides(
+        data, tmp_path, policy, total_steps=2, eval__every_steps=2, checkpoint_every=0,
+        backend__kind="deepspeed", backend__zero_stage=3, engine__kind="vllm",
+        engine__tensor_parallel_size=2, engine__chunk_size=2, magic__prompts_per_step=P,
+        magic__group_size=G, magic__mini_batch_size=2))
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in rows] == [0, 1, 2]
+    assert all(x["rollout/responses"] == P * G and x["reward/unjudged"] == 0 for x in rows[1:])
+    assert any(x["update/skipped"] == 0 and x["time/sync"] > 0 for x in rows[1:])
+    assert "eval/accuracy" in rows[2]
+    assert (tmp_path / "t" / "checkpoints" / "latest").read_text().strip() == "step_000002"
+
+
+def test_tensor_parallel_size_must_divide_the_ranks(data, tmp_path, monkeypatch) -> None:
+    from trainer.loop import Trainer
+
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    cfg = demo_config(data, tmp_path, tmp_path / "m", engine__kind="vllm",
+                      engine__tensor_parallel_size=4)
+    with pytest.raises(ValueError, match=r"tensor_parallel_size \(4\) must divide the number "
+                                         r"of ranks \(2\)"):
+        Trainer(cfg)
 
 
 def test_verifier_client_options_reach_the_client_config(data, tmp_path) -> None:

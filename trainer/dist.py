@@ -1,11 +1,68 @@
-"""The few collectives the loop needs across data-parallel ranks (no-ops in one process).
+"""Where a rank sits (:class:`Layout`), and the few collectives the loop needs across ranks
+(no-ops in one process).
 
-Every function here is a distributed sync point: all ranks must call it, in the same order.
+Every collective here is a distributed sync point: all ranks must call it, in the same order.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Sequence, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a step's prompts spread over the ranks when rollout engines span several ranks.
+
+    Training is data parallel over all ``world`` ranks. Rollout is data parallel over
+    ``world // tp`` engine groups: with vLLM tensor parallelism, ``tp`` consecutive ranks run
+    one engine together (each holds a shard of it), so they must generate the same prompts with
+    the same seed and get the same completions. Each rank of a group then verifies and trains on
+    its own ``1/tp`` of the group's prompts, so nothing is scored or trained twice.
+
+    With ``tp == 1`` this is plain data parallelism: rank r generates and trains on prompts
+    r, r + world, r + 2 world, ...
+    """
+
+    rank: int = 0
+    world: int = 1
+    tp: int = 1
+    """Ranks per rollout engine (vLLM ``tensor_parallel_size`` across ranks), >= 1."""
+
+    def __post_init__(self) -> None:
+        if self.tp < 1 or self.world % self.tp:
+            raise ValueError(f"engine.tensor_parallel_size ({self.tp}) must divide the number "
+                             f"of ranks ({self.world}): each engine spans tp whole ranks")
+        if not 0 <= self.rank < self.world:
+            raise ValueError(f"rank {self.rank} is outside a world of {self.world}")
+
+    @property
+    def group(self) -> int:
+        """This rank's rollout group (its engine), 0 .. groups - 1."""
+        return self.rank // self.tp
+
+    @property
+    def groups(self) -> int:
+        return self.world // self.tp
+
+    @property
+    def tp_rank(self) -> int:
+        """Position inside the rollout group, 0 .. tp - 1."""
+        return self.rank % self.tp
+
+    def rollout_share(self, items: Sequence[T]) -> list[T]:
+        """What this rank's engine generates: the same list on every rank of its group."""
+        return list(items[self.group::self.groups])
+
+    def owns(self, i: int) -> bool:
+        """Whether item ``i`` of :meth:`rollout_share` is this rank's to verify and train on."""
+        return i % self.tp == self.tp_rank
+
+    def global_index(self, k: int) -> int:
+        """Position in the full list of the ``k``-th item this rank owns."""
+        return self.group + (self.tp_rank + k * self.tp) * self.groups
 
 
 def _on() -> bool:

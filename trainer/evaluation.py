@@ -82,7 +82,7 @@ def generate_and_score(engine: RolloutEngine, client: Any, problems: Sequence[Pr
                        prompts: Sequence[Sequence[int]], params: SamplingParams, *,
                        timeout_s: float = 3600.0,
                        after_generate: Callable[[list[Completion]], None] | None = None,
-                       ) -> ScoredRun:
+                       owns: Callable[[int], bool] | None = None) -> ScoredRun:
     """Sample ``params.n`` responses per problem and score every one through ``client`` (a
     ``trainer.rewards.RewardClient``), streaming each finished chunk while generation continues.
 
@@ -91,16 +91,22 @@ def generate_and_score(engine: RolloutEngine, client: Any, problems: Sequence[Pr
     the generations file). Raises RewardError when the verifier fails or times out; verdicts
     that are not a judgement (INVALID_INPUT, ...) are returned as they are: see
     :func:`summarize_run`.
+
+    ``owns(i)`` (default: all) picks the problems this call scores and returns; the others are
+    only generated, for the tensor-parallel peers that share the engine (trainer/dist.py).
     """
     if len(prompts) != len(problems):
         raise ValueError(f"{len(problems)} problems but {len(prompts)} prompts")
+    mine = [i for i in range(len(problems)) if owns is None or owns(i)]
+    position = {i: k for k, i in enumerate(mine)}  # problem index -> index in the run
     stream = RewardStream(client)
 
     def wire(c: Completion) -> str:
-        return f"{c.prompt_index + 1}:{c.sample_index}"
+        return f"{position[c.prompt_index] + 1}:{c.sample_index}"
 
     def on_done(chunk: list[Completion]) -> None:
-        stream.submit([problems[c.prompt_index].verifier_item(wire(c), c.text) for c in chunk])
+        stream.submit([problems[c.prompt_index].verifier_item(wire(c), c.text) for c in chunk
+                       if c.prompt_index in position])
 
     t0 = time.monotonic()
     try:
@@ -121,9 +127,9 @@ def generate_and_score(engine: RolloutEngine, client: Any, problems: Sequence[Pr
     if after_generate is not None:
         after_generate(completions)
     results, waited = stream.wait(timeout_s)
-    run_problems = [_eval_problem(i, p, [c.text for c in per_problem[i]])
-                    for i, p in enumerate(problems)]
-    return ScoredRun(run_problems, results, per_problem, generate_s, waited)
+    run_problems = [_eval_problem(k, problems[i], [c.text for c in per_problem[i]])
+                    for k, i in enumerate(mine)]
+    return ScoredRun(run_problems, results, [per_problem[i] for i in mine], generate_s, waited)
 
 
 def summarize_run(run: ScoredRun, k: int, allow_errors: bool = False) -> dict[str, Any]:

@@ -77,17 +77,13 @@ class Trainer:
             if cfg.tiny_model is not None or cfg.warm_start.steps > 0:
                 raise ValueError("tiny_model and warm_start build files and are single-process; "
                                  "with several ranks give model_path")
-            if cfg.engine.tensor_parallel_size > 1:
-                raise ValueError("engine.tensor_parallel_size > 1 with several data-parallel "
-                                 "ranks is not supported yet: each rank owns one engine; use "
-                                 "tensor_parallel_size=1, or one process with tensor parallelism")
-            if cfg.engine.tensor_parallel_size > 1:
-                raise ValueError("engine.tensor_parallel_size > 1 with several data-parallel "
-                                 "ranks is not supported yet: each rank owns one engine; use "
-                                 "tensor_parallel_size=1, or one process with tensor parallelism")
             if m.prompts_per_step % self.world:
                 raise ValueError(f"prompts_per_step ({m.prompts_per_step}) must divide evenly "
                                  f"over the {self.world} data-parallel ranks")
+        # With several ranks a tensor-parallel vLLM engine spans tp ranks (trainer/dist.py);
+        # in one process it spans GPUs inside the process and the layout is trivial.
+        self.layout = dist.Layout(self.rank, self.world, cfg.engine.tensor_parallel_size
+                                  if self.world > 1 else 1)
         model_path = self._initial_model_path()
         self.tokenizer = load_tokenizer(cfg.tokenizer_path or model_path)
         self.train, skipped = load_problems(cfg.data.train_files,
@@ -195,24 +191,34 @@ class Trainer:
         t_step = time.monotonic()
         step = self.step + 1
         stage = self.schedule.current
-        # Every rank draws the same global prompts and keeps its own shard (data parallel).
+        # Every rank draws the same global prompts; its engine generates its rollout group's
+        # share (the same on every rank of a tensor-parallel group, same seed), and the rank
+        # keeps the part it owns (trainer/dist.py Layout).
+        lay = self.layout
         global_problems = [self.train[i] for i in self.sampler.next(m.prompts_per_step)]
-        problems = global_problems[self.rank::self.world]
+        rollout = lay.rollout_share(global_problems)
+        problems = [p for i, p in enumerate(rollout) if lay.owns(i)]
         params = SamplingParams(n=m.group_size, temperature=m.temperature, top_p=m.top_p,
                                 top_k=m.top_k, max_tokens=stage.max_response_length,
-                                seed=_seed(cfg, step, 0) + self.rank)
+                                seed=_seed(cfg, step, 0) + lay.group)
+
+        def owned(chunk: list[Completion]) -> list[Completion]:
+            """The completions this rank owns, renumbered into ``problems``."""
+            return [dataclasses.replace(c, prompt_index=c.prompt_index // lay.tp) for c in chunk
+                    if lay.owns(c.prompt_index)]
 
         # Generate; each finished chunk goes to the verifier at once (overlap).
         rewards_stream = RewardStream(self.client)
 
         def on_done(chunk: list[Completion]) -> None:
             rewards_stream.submit([problems[c.prompt_index].verifier_item(
-                f"{step}:{self.rank}:{c.prompt_index}:{c.sample_index}", c.text) for c in chunk])
+                f"{step}:{self.rank}:{c.prompt_index}:{c.sample_index}", c.text)
+                for c in owned(chunk)])
 
         t0 = time.monotonic()
         self.engine.wake_up()
         try:
-            completions = self.engine.generate([self.prompt_ids(p) for p in problems], params,
+            completions = self.engine.generate([self.prompt_ids(p) for p in rollout], params,
                                                on_done=on_done if cfg.verifier.stream else None)
         except BaseException:
             rewards_stream.abort()
@@ -221,6 +227,7 @@ class Trainer:
         t_generate = time.monotonic() - t0
         if not cfg.verifier.stream:
             on_done(completions)
+        completions = owned(completions)
         results, t_verify_wait = rewards_stream.wait(cfg.verifier.timeout_s)
 
         ids = [f"{step}:{self.rank}:{c.prompt_index}:{c.sample_index}" for c in completions]
@@ -247,6 +254,7 @@ class Trainer:
                                        torch.tensor(g_trunc), G))
         metrics["filtered/frac"] = 1.0 - sum(g_keep) / len(g_keep)
         metrics["reward/unjudged"] = int(sum(g_unj))
+        metrics["rollout/responses"] = len(g_len)  # every rank's, each judged once
 
         kept_prompts = torch.nonzero(keep.view(-1, G).all(dim=1)).flatten()  # [P']
         any_kept = sum(g_keep) > 0  # the same answer on every rank
@@ -305,19 +313,21 @@ class Trainer:
                                 top_k=-1,
                                 max_tokens=e.max_tokens or self.schedule.max_response_length,
                                 seed=_seed(self.cfg, self.step, 2))
-        probs = self.eval_problems[self.rank::self.world]  # each rank scores its shard
+        lay = self.layout
+        probs = lay.rollout_share(self.eval_problems)  # each rank scores the part it owns
         engine = self.engine
         self.engine.wake_up()
         try:
             run = generate_and_score(engine, self.client, probs,
                                      [self.prompt_ids(p) for p in probs], params,
                                      timeout_s=self.cfg.verifier.timeout_s,
-                                     after_generate=lambda _c: engine.sleep())
+                                     after_generate=lambda _c: engine.sleep(), owns=lay.owns)
         except BaseException:
             engine.sleep()
             raise
         if self.world > 1:
-            run = _merge_runs(dist.gather((run.problems, run.results)), self.world)
+            positions = [lay.global_index(k) for k in range(len(run.problems))]
+            run = _merge_runs(dist.gather((positions, run.problems, run.results)))
         out = trainer_metrics(summarize_run(run, e.n_samples))  # RewardError if unjudged
         out["time/eval"] = time.monotonic() - t0
         return out
@@ -445,16 +455,16 @@ class Trainer:
             self.logger.close()
 
 
-def _merge_runs(parts: list[tuple[list[Any], dict[str, Any]]], world: int) -> Any:
-    """One ScoredRun from every rank's evaluation shard (rank r scored problems r, r+W, ...):
-    problems renumbered to their global position, results re-keyed to match."""
+def _merge_runs(parts: list[tuple[list[int], list[Any], dict[str, Any]]]) -> Any:
+    """One ScoredRun from every rank's (global positions, problems, results): problems
+    renumbered to their global position, results re-keyed to match."""
     from trainer.evaluation import ScoredRun
 
     problems: list[Any] = []
     results: dict[str, Any] = {}
-    for rank, (probs, res) in enumerate(parts):
-        for i, p in enumerate(probs):
-            q = dataclasses.replace(p, line=rank + i * world + 1)
+    for positions, probs, res in parts:
+        for pos, p in zip(positions, probs, strict=True):
+            q = dataclasses.replace(p, line=pos + 1)
             for j in range(len(p.responses)):
                 results[q.wire_id(j)] = res[p.wire_id(j)]
             problems.append(q)

@@ -56,9 +56,11 @@ class EngineConfig:
     phases so the training step has the memory; ``wake_up()`` brings them back. No-op (with a
     debug log) on CPU and for the HF engine."""
     tensor_parallel_size: int = 1
-    """vLLM only, GPUs per engine, >= 1. Default 1 (tested). With more, vLLM starts one worker
-    process per GPU (build the engine under ``if __name__ == "__main__":``) and
-    ``load_weights`` ships the tensors to them by pickling: untested here, no GPUs."""
+    """vLLM only, GPUs (ranks) per engine, >= 1. Default 1. Under a multi-rank launcher
+    (``deepspeed --num_gpus N``) it must divide N: each group of this many consecutive ranks
+    runs one engine with a shard each (vLLM's external launcher; the report's 32B recipe uses 4),
+    tested on CPU with 2 ranks. In a single process, vLLM instead starts one worker process per
+    GPU and ``load_weights`` ships the tensors to them by pickling: untested, no GPUs here."""
     enforce_eager: bool = False
     """vLLM only: disable CUDA graphs / torch.compile. Faster start-up, slower decoding.
     Default False (production); tests and CPU runs set True."""
@@ -88,6 +90,9 @@ class EngineConfig:
         if self.tensor_parallel_size < 1:
             raise ValueError("engine.tensor_parallel_size must be >= 1, got "
                              f"{self.tensor_parallel_size}")
+        if self.tensor_parallel_size > 1 and self.kind != "vllm":
+            raise ValueError("engine.tensor_parallel_size > 1 needs engine.kind=vllm (the HF "
+                             f"engine runs on one device), got kind={self.kind!r}")
         if self.cpu_threads is not None and self.cpu_threads < 1:
             raise ValueError(f"engine.cpu_threads must be >= 1 or None, got {self.cpu_threads}")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):

