@@ -157,3 +157,72 @@ def test_close_stops_the_client_process(server) -> None:
     assert proc.poll() is not None
     with pytest.raises(RewardError, match="closed"):
         client.stream()
+
+
+def test_ctrl_c_in_the_terminal_does_not_reach_the_client_process(rclient) -> None:
+    """The trainer finishes its step on Ctrl-C, which needs the client process: it sits in its
+    own session and ignores SIGINT."""
+    child = rclient._proc.pid
+    assert os.getsid(child) != os.getsid(0)
+    stream = rclient.stream()
+    os.kill(child, signal.SIGINT)
+    stream.submit(items("c", 2))
+    assert sorted(stream.wait(timeout_s=60)[0]) == ["c0", "c1"]
+    assert rclient._proc.pid == child
+
+
+def test_a_stream_of_a_replaced_process_fails_without_harming_the_new_one(rclient) -> None:
+    old = rclient.stream()
+    os.kill(rclient._proc.pid, signal.SIGKILL)
+    rclient._proc.wait()
+    fresh = rclient.stream()  # starts a new client process
+    with pytest.raises(RewardError, match="process this stream used is gone"):
+        old.submit(items("o", 1))
+    with pytest.raises(RewardError, match="process this stream used is gone"):
+        old.wait(timeout_s=5)
+    fresh.submit(items("f", 2))
+    assert sorted(fresh.wait(timeout_s=60)[0]) == ["f0", "f1"]
+
+
+def test_a_frozen_client_process_fails_submit_at_the_send_deadline(server, monkeypatch) -> None:
+    import trainer.rewards as rewards
+
+    monkeypatch.setattr(rewards, "SEND_TIMEOUT_S", 1.0)
+    client = RewardClient(server[1])
+    try:
+        stream = client.stream()
+        frozen = client._proc
+        os.kill(frozen.pid, signal.SIGSTOP)  # alive, reading nothing
+        big = [math_item(f"big{i}", "x" * 100_000 + "\\boxed{1}", "1") for i in range(200)]
+        t0 = time.monotonic()
+        with pytest.raises(RewardError, match="took no input for 1 s"):
+            for i in range(0, len(big), 10):
+                stream.submit(big[i:i + 10])
+        assert time.monotonic() - t0 < 30
+        assert gone(frozen.pid, 10), "the frozen process was not replaced"
+        again = client.stream()
+        again.submit(items("a", 1))
+        assert list(again.wait(timeout_s=60)[0]) == ["a0"]
+    finally:
+        client.close()
+
+
+def test_a_failed_restart_is_retried_at_the_next_stream() -> None:
+    from tests.conftest import free_port
+
+    port = free_port()
+    srv = ServerProcess(port)
+    client = RewardClient(srv.address, connect_timeout_s=1.0)
+    try:
+        srv.stop()
+        os.kill(client._proc.pid, signal.SIGKILL)
+        client._proc.wait()
+        with pytest.raises(RewardError, match="not reachable"):
+            client.stream()
+        srv = ServerProcess(port)  # the verifier is back
+        stream = client.stream()
+        stream.submit(items("b", 2))
+        assert sorted(stream.wait(timeout_s=60)[0]) == ["b0", "b1"]
+    finally:
+        client.close()
+        srv.stop()

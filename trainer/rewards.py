@@ -15,7 +15,8 @@ and each one takes the GIL from the generating thread between two torch ops: tha
 of generation speed on the 2-core dev box (``benchmarks/bench_trainer.py``). In a child
 process the same work runs beside generation instead of inside it.
 
-Wire between the two (a socketpair, ``multiprocessing.connection`` framing, pickles):
+Wire between the two (a socketpair; each message an 8-byte length and a pickle; every send
+and receive in the trainer has a deadline):
 
     parent -> child: ("connect", address, ClientConfig, connect_timeout_s)
                      ("begin", sid) | ("items", sid, [item dicts]) | ("end", sid)
@@ -32,13 +33,15 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import pickle
 import queue
+import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -56,13 +59,44 @@ class RewardError(RuntimeError):
     """A step cannot get a genuine reward for every response: it fails loudly."""
 
 
+SEND_TIMEOUT_S = 60.0
+"""Longest a message to the child may take to write, seconds. The child drains its socket
+continuously, so a send that stalls this long means it is frozen: the step fails and the child
+is replaced, instead of the generating thread blocking forever."""
+
+
+def _send_msg(sock: socket.socket, obj: Any) -> None:
+    """One pickled message: an 8-byte length, then the pickle (``sock``'s timeout applies to
+    the whole message)."""
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    sock.sendall(_HEADER.pack(len(data)) + data)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            raise EOFError("the other end closed the socket")
+        buf += chunk
+    return bytes(buf)
+
+
+def _recv_msg(sock: socket.socket) -> Any:
+    (n,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
+    return pickle.loads(_recv_exact(sock, n))
+
+
+_HEADER = struct.Struct("!Q")
+
+
 class RewardClient:
     """The trainer's connection to the verifier at ``address`` (see the module docstring).
 
     ``config`` is a ``verifier.client.ClientConfig`` (TLS, token, retries; None: defaults).
     Raises RewardError when the verifier does not answer health checks within
     ``connect_timeout_s``. A child that dies or misses a deadline is replaced at the next
-    ``RewardStream``; the stream it served fails loudly."""
+    ``RewardStream``; the streams it served fail loudly."""
 
     def __init__(self, address: str, config: Any = None, connect_timeout_s: float = 30.0):
         from verifier.client import ClientConfig
@@ -73,8 +107,9 @@ class RewardClient:
         self._lock = threading.Lock()  # one message at a time on the socket
         self._sids = itertools.count(1)
         self._replies: dict[int, tuple[str, Any]] = {}
-        self._conn: Connection | None = None
+        self._sock: socket.socket | None = None
         self._proc: subprocess.Popen | None = None
+        self._generation = 0  # which child; a stream belongs to the one it began on
         self._closed = False
         self._start()
 
@@ -83,82 +118,106 @@ class RewardClient:
         parent_sock, child_sock = socket.socketpair()
         # Process boundary: a fresh interpreter (not fork: the trainer holds torch/OpenMP and
         # maybe CUDA and gRPC threads, which do not survive a fork), given one end of the
-        # socketpair. PYTHONPATH instead of cwd, so relative TLS paths keep their meaning.
+        # socketpair. Its own session, so a terminal's Ctrl-C reaches only the trainer, which
+        # still needs its rewards to finish the step. -P with PYTHONPATH instead of the
+        # working directory: the launch directory's files cannot shadow our packages, and
+        # relative TLS paths keep their meaning.
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "trainer.rewards", str(child_sock.fileno())],
-                pass_fds=[child_sock.fileno()], env=env)
+                [sys.executable, "-P", "-m", "trainer.rewards", str(child_sock.fileno())],
+                pass_fds=[child_sock.fileno()], env=env, start_new_session=True)
         finally:
             child_sock.close()
-        self._conn = Connection(parent_sock.detach())
+        self._sock = parent_sock
+        self._generation += 1
         self._replies.clear()
-        self._send(("connect", self.address, self.config, self.connect_timeout_s))
-        # Deadline: the child's own wait_ready ends within connect_timeout_s; the margin
-        # covers its start-up (importing grpc).
-        kind, _, message = self._recv(None, self.connect_timeout_s + 60.0)
+        try:
+            self._send(("connect", self.address, self.config, self.connect_timeout_s))
+            # Deadline: the child's own wait_ready ends within connect_timeout_s; the margin
+            # covers its start-up (importing grpc).
+            kind, message = self._recv(None, self.connect_timeout_s + 60.0)
+        except RewardError as e:
+            self._stop_child(graceful=False)
+            raise RewardError(f"verifier client for {self.address} did not start: {e}") from e
         if kind != "ready":
-            self.close()
+            self._stop_child(graceful=False)  # a later stream() tries again
             raise RewardError(f"verifier at {self.address} is not reachable: {message}")
 
     def _alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None and self._conn is not None
+        return self._proc is not None and self._proc.poll() is None and self._sock is not None
 
-    def _send(self, msg: tuple) -> None:
+    def _send(self, msg: tuple, generation: int | None = None) -> None:
+        """Send to the child (any thread). ``generation``: the child a stream began on; a
+        stream of a replaced child fails instead of confusing the new one."""
         with self._lock:
-            if self._conn is None:
+            if self._closed:
                 raise RewardError("the reward client is closed")
+            if self._sock is None or (generation is not None and generation != self._generation):
+                raise RewardError("the verifier client process this stream used is gone "
+                                  f"({self._exit_status()}); the next stream starts a new one")
             try:
-                self._conn.send(msg)
+                # Deadline: a frozen child must fail the step, not block the generating thread.
+                self._sock.settimeout(SEND_TIMEOUT_S)
+                _send_msg(self._sock, msg)
+            except TimeoutError:
+                self._stop_child(graceful=False)
+                raise RewardError(f"the verifier client process took no input for "
+                                  f"{SEND_TIMEOUT_S:g} s; replaced") from None
             except OSError as e:  # BrokenPipe / ConnectionReset: the child is gone
-                raise RewardError(f"the verifier client process died ({self._exit_status()})"
-                                  ) from e
+                status = self._exit_status()
+                self._stop_child(graceful=False)
+                raise RewardError(f"the verifier client process died ({status})") from e
 
-    def _recv(self, sid: int | None, timeout_s: float) -> tuple[str, int | None, Any]:
-        """The child's reply for stream ``sid`` (None: the connect reply). Replies for other
-        streams that arrive first are kept for their own ``wait``."""
+    def _recv(self, sid: int | None, timeout_s: float,
+              generation: int | None = None) -> tuple[str, Any]:
+        """The child's reply for stream ``sid`` (None: the connect reply), as (kind,
+        payload). Replies for other streams that arrive first are kept for their own
+        ``wait``. Called from the thread that waits (the step's)."""
         end = time.monotonic() + timeout_s
         while True:
             if sid in self._replies:
-                kind, payload = self._replies.pop(sid)  # type: ignore[arg-type]
-                return kind, sid, payload
-            assert self._conn is not None
-            left = end - time.monotonic()
+                return self._replies.pop(sid)  # type: ignore[arg-type]
+            sock = self._sock
+            if sock is None or (generation is not None and generation != self._generation):
+                raise RewardError("the verifier client process this stream used is gone; "
+                                  "the next stream starts a new one")
             try:
                 # Deadline: a hung verifier (or client) must fail the step, not hang the run.
-                if left <= 0 or not self._conn.poll(left):
+                left = end - time.monotonic()
+                if left <= 0:
                     raise TimeoutError
-                kind, got, payload = self._conn.recv()
+                sock.settimeout(left)
+                kind, got, payload = _recv_msg(sock)
             except TimeoutError:
-                self._restart_later()
+                # A message may be half read: the socket is unusable, the child replaced.
+                self._stop_child(graceful=False)
                 raise RewardError(f"no answer from the verifier within {timeout_s:g} s") from None
             except (EOFError, OSError) as e:
                 status = self._exit_status()
-                self._restart_later()
+                self._stop_child(graceful=False)
                 raise RewardError(f"the verifier client process died ({status})") from e
             if got == sid:
-                return kind, sid, payload
+                return kind, payload
             self._replies[got] = (kind, payload)
 
     def _exit_status(self) -> str:
         code = None if self._proc is None else self._proc.poll()
         return "still running" if code is None else f"exit code {code}"
 
-    def _restart_later(self) -> None:
-        """Drop a child in an unknown state; the next stream starts a fresh one."""
-        self._stop_child(graceful=False)
-
     def _stop_child(self, graceful: bool) -> None:
-        conn, proc = self._conn, self._proc
-        self._conn, self._proc = None, None
-        if conn is not None:
+        """Stop the child (``graceful``: ask it to quit first); streams on it fail."""
+        sock, proc = self._sock, self._proc
+        self._sock, self._proc = None, None
+        if sock is not None:
             if graceful:
                 try:
-                    conn.send(("quit",))
+                    sock.settimeout(2.0)  # Deadline: a frozen child is killed below
+                    _send_msg(sock, ("quit",))
                 except OSError:
                     pass
-            conn.close()
+            sock.close()
         if proc is not None:
             try:
                 proc.wait(timeout=10.0 if graceful else 0.5)
@@ -170,18 +229,23 @@ class RewardClient:
     def stream(self) -> "RewardStream":
         return RewardStream(self)
 
-    def _begin(self) -> int:
+    def _begin(self) -> tuple[int, int]:
+        """A new stream: (its sid, the child generation it runs on)."""
         if self._closed:
             raise RewardError("the reward client is closed")
         if not self._alive():
-            log.warning("restarting the verifier client process (%s)", self._exit_status())
+            log.warning("starting a new verifier client process (the last one: %s)",
+                        self._exit_status())
+            self._stop_child(graceful=False)
             self._start()
         sid = next(self._sids)
-        self._send(("begin", sid))
-        return sid
+        generation = self._generation
+        self._send(("begin", sid), generation)
+        return sid, generation
 
     def close(self) -> None:
-        self._closed = True
+        with self._lock:
+            self._closed = True
         self._stop_child(graceful=True)
 
     def __enter__(self) -> "RewardClient":
@@ -197,7 +261,7 @@ class RewardStream:
 
     def __init__(self, client: RewardClient):
         self._client = client
-        self._sid = client._begin()
+        self._sid, self._generation = client._begin()
         self._submitted = 0
         self._ended = False
         self.arrived_at: dict[str, float] = {}
@@ -209,7 +273,7 @@ class RewardStream:
         if self._ended:
             raise RuntimeError("submit() after wait()/abort() on this RewardStream")
         if items:
-            self._client._send(("items", self._sid, list(items)))
+            self._client._send(("items", self._sid, list(items)), self._generation)
             self._submitted += len(items)
 
     def wait(self, timeout_s: float = 3600.0) -> tuple[dict[str, Result], float]:
@@ -218,8 +282,8 @@ class RewardStream:
         without a result."""
         start = time.monotonic()
         self._ended = True
-        self._client._send(("end", self._sid))
-        kind, _, payload = self._client._recv(self._sid, timeout_s)
+        self._client._send(("end", self._sid), self._generation)
+        kind, payload = self._client._recv(self._sid, timeout_s, self._generation)
         waited = time.monotonic() - start
         if kind == "error":
             raise RewardError(f"verifier stream failed: {payload}")
@@ -237,7 +301,7 @@ class RewardStream:
             return
         self._ended = True
         try:
-            self._client._send(("abort", self._sid))
+            self._client._send(("abort", self._sid), self._generation)
         except RewardError:
             pass
 
@@ -304,17 +368,17 @@ class _ChildStream:
 def _child_main(fd: int) -> None:
     from verifier.client import VerifierClient
 
-    conn = Connection(fd)
+    sock = socket.socket(fileno=fd)
     lock = threading.Lock()
 
     def send(msg: tuple) -> None:
         with lock:  # stream threads and the main loop share the socket
             try:
-                conn.send(msg)
+                _send_msg(sock, msg)
             except OSError:
                 pass  # the parent is gone; the main loop sees EOF and exits
 
-    _, address, config, connect_timeout_s = conn.recv()
+    _, address, config, connect_timeout_s = _recv_msg(sock)
     client = VerifierClient(address, config)
     try:
         client.wait_ready(timeout_s=connect_timeout_s)
@@ -326,23 +390,25 @@ def _child_main(fd: int) -> None:
     try:
         while True:
             try:
-                msg = conn.recv()
+                msg = _recv_msg(sock)
             except (EOFError, OSError):
                 return  # the parent died: nothing left to serve
             kind = msg[0]
             if kind == "quit":
                 return
             sid = msg[1]
+            stream = streams.get(sid)
             if kind == "begin":
                 streams[sid] = _ChildStream(client, sid, send)
+            elif stream is None:  # never begun here: say so rather than die
+                if kind == "end":
+                    send(("error", sid, f"stream {sid} is unknown to this client process"))
             elif kind == "items":
-                streams[sid].put(msg[2])
+                stream.put(msg[2])
             elif kind == "end":
                 streams.pop(sid).end()
             elif kind == "abort":
-                s = streams.pop(sid, None)
-                if s is not None:
-                    s.abort()
+                streams.pop(sid).abort()
     finally:
         for s in streams.values():
             s.abort()
@@ -350,6 +416,9 @@ def _child_main(fd: int) -> None:
 
 
 if __name__ == "__main__":
+    # Ctrl-C is the trainer's to handle (it finishes the step, which needs this process); the
+    # child also sits in its own session, so a terminal's SIGINT does not reach it anyway.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s verifier-client %(levelname)s %(message)s")
     _child_main(int(sys.argv[1]))
