@@ -65,6 +65,9 @@ continuously, so a send that stalls this long means it is frozen: the step fails
 is replaced, instead of the generating thread blocking forever."""
 
 
+_HEADER = struct.Struct("!Q")  # a message's length in bytes
+
+
 def _send_msg(sock: socket.socket, obj: Any) -> None:
     """One pickled message: an 8-byte length, then the pickle (``sock``'s timeout applies to
     the whole message)."""
@@ -85,9 +88,6 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 def _recv_msg(sock: socket.socket) -> Any:
     (n,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
     return pickle.loads(_recv_exact(sock, n))
-
-
-_HEADER = struct.Struct("!Q")
 
 
 class RewardClient:
@@ -154,9 +154,8 @@ class RewardClient:
         with self._lock:
             if self._closed:
                 raise RewardError("the reward client is closed")
-            if self._sock is None or (generation is not None and generation != self._generation):
-                raise RewardError("the verifier client process this stream used is gone "
-                                  f"({self._exit_status()}); the next stream starts a new one")
+            self._check_current(generation)
+            assert self._sock is not None
             try:
                 # Deadline: a frozen child must fail the step, not block the generating thread.
                 self._sock.settimeout(SEND_TIMEOUT_S)
@@ -179,10 +178,9 @@ class RewardClient:
         while True:
             if sid in self._replies:
                 return self._replies.pop(sid)  # type: ignore[arg-type]
+            self._check_current(generation)
             sock = self._sock
-            if sock is None or (generation is not None and generation != self._generation):
-                raise RewardError("the verifier client process this stream used is gone; "
-                                  "the next stream starts a new one")
+            assert sock is not None
             try:
                 # Deadline: a hung verifier (or client) must fail the step, not hang the run.
                 left = end - time.monotonic()
@@ -201,6 +199,12 @@ class RewardClient:
             if got == sid:
                 return kind, payload
             self._replies[got] = (kind, payload)
+
+    def _check_current(self, generation: int | None) -> None:
+        """RewardError unless the child that ``generation`` names (None: any) still serves."""
+        if self._sock is None or (generation is not None and generation != self._generation):
+            raise RewardError("the verifier client process this stream used is gone "
+                              f"({self._exit_status()}); the next stream starts a new one")
 
     def _exit_status(self) -> str:
         code = None if self._proc is None else self._proc.poll()

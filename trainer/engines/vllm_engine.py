@@ -259,10 +259,10 @@ class VLLMEngine:
 
     def close(self) -> None:
         """Shut the engine down and free its memory. When the engine borrowed the training
-        backend's process group (a launcher job, or DeepSpeed in one process), it is only
-        dropped: vLLM's shutdown ends with ``torch.distributed.destroy_process_group()``,
-        which would pull the group from under the backend (measured: the next barrier fails
-        with "Default process group has not been initialized")."""
+        backend's process group (a launcher job, or DeepSpeed in one process), that group is
+        kept: vLLM's shutdown ends with ``torch.distributed.destroy_process_group()``, which
+        would pull it from under the backend (measured: the next barrier failed with "Default
+        process group has not been initialized")."""
         llm = getattr(self, "llm", None)
         self.llm = None  # type: ignore[assignment]
         if llm is None:
@@ -344,17 +344,19 @@ def _launcher_kwargs(tensor_parallel_size: int) -> dict[str, Any]:
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return {}
-    world = dist.get_world_size()
-    if world % tensor_parallel_size:
-        raise EngineError(f"engine.tensor_parallel_size ({tensor_parallel_size}) must divide "
-                          f"the number of ranks ({world})")
+    from trainer.dist import Layout
+
+    try:  # the trainer's one rule for how engines span ranks
+        layout = Layout(dist.get_rank(), dist.get_world_size(), tensor_parallel_size)
+    except ValueError as e:
+        raise EngineError(str(e)) from None
     missing = [v for v in ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
                if v not in os.environ]
     if missing:
         raise EngineError(f"vLLM across ranks needs the launcher's {', '.join(missing)} "
                           "environment variable(s): start the job with deepspeed or torchrun")
     return {"distributed_executor_backend": "external_launcher",
-            "data_parallel_size": world // tensor_parallel_size}
+            "data_parallel_size": layout.groups}
 
 
 def _checkpoint_weight_names(path: Path, hf_config: dict[str, Any]) -> tuple[set[str], bool]:
