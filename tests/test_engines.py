@@ -87,6 +87,9 @@ def test_engine_config_validates() -> None:
         EngineConfig(kind="tgi")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="dtype"):
         EngineConfig(dtype="fp8")
+    with pytest.raises(ValueError, match="tensor_parallel_size > 1 needs engine.kind=vllm"):
+        EngineConfig(kind="hf", tensor_parallel_size=2)
+    assert EngineConfig(kind="vllm", tensor_parallel_size=2).tensor_parallel_size == 2
 
 
 def test_n_samples_per_prompt_with_indices(engine: Any, prompts: list[list[int]],
