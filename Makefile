@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.setup-done
 setup: $(STAMP)
 
 # Re-run the installer when the dependency list or the installer itself changes.
-$(STAMP): pyproject.toml scripts/setup.sh
+$(STAMP): pyproject.toml scripts/setup.sh tests/node/package-lock.json
 	bash scripts/setup.sh
 	touch $(STAMP)
 

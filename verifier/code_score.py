@@ -32,9 +32,17 @@ Unforgeability per format:
 - asserts and LeetCode-style ``check(candidate)``: the expected values live in code, so that
   code runs in an *evaluator* process inside the sandbox that never executes program code; it
   calls the program's functions over a pipe, arguments and results as plain data, and does the
-  comparison itself with pristine builtins. The program's process cannot read or write the
-  evaluator's memory (seccomp denies ptrace/process_vm_*/pidfd_getfd), cannot reach its pipes
-  (closed before the program's first instruction) and cannot signal PID 1.
+  comparison itself with pristine builtins. The program runs in a fresh interpreter that never
+  held the test code (not a fork of the harness). It cannot read or write the evaluator's
+  memory (seccomp denies ptrace/process_vm_*/pidfd_getfd), cannot reach its pipes (closed
+  before the program's first instruction) and cannot signal PID 1.
+
+Nothing the program sends is trusted or decoded without bounds: the comparisons
+(``verifier/output_compare.py``) never build a container whose cost the program controls, and
+the scorer runs them in worker processes under the item's deadline (``run_bounded``), off the
+server's threads. A program can only fail as itself: whatever it does to its pipes, its harness
+or its output is a program verdict; SANDBOX_ERROR, INVALID_INPUT and INTERNAL_ERROR are left to
+real failures of the verifier or of the item.
 
 Residual risks (documented in sandbox/README.md): the program sees the INPUTS of all tests of
 its sample (they are in the harness's memory when it forks), and it can kill the evaluator
@@ -51,9 +59,9 @@ import json
 import marshal
 import secrets
 import threading
+import time
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Callable
 
 from sandbox import RunResult, Sandbox, SandboxLimits
 
@@ -61,12 +69,24 @@ from .extract import after_think, last_code_block
 from .harness import harness as H
 from .harness import harness_source
 from .items import Limits, Outcome, Status, decode_ground_truth
+from .output_compare import (
+    canonical_return,
+    compare_return,
+    compare_stdout,
+    outputs_match,  # noqa: F401 - part of this module's surface (tests, tools)
+    stdout_identical,
+)
+from .pool import DeadlineExceeded, TaskFailed
+
+# Runs fn(*args) within deadline_s seconds (raising DeadlineExceeded, TaskFailed or WorkerDied).
+RunBounded = Callable[[Callable[..., Any], tuple, float], Any]
 
 DEFAULT_TEST_TIMEOUT_S = 6.0  # LiveCodeBench
 DEFAULT_MEMORY_MB = 1024
 MAX_ITEM_TIMEOUT_S = 60.0
 ITEM_SLACK_S = 3.0
 PROGRAM_OUTPUT_BYTES = 8 * 1024 * 1024  # per test: more is OUTPUT_LIMIT
+MIN_COMPARE_S = 1.0  # the least time a comparison gets, even at the end of an item's time
 MAX_PROGRAM_CHARS = 512 * 1024
 HARNESS_FILE = "judge_harness.py"
 PYTHON_FLAGS = ("-I", "-S")  # isolated, no site (2 ms); the harness defines exit()/quit() itself
@@ -335,55 +355,17 @@ def _parse_leetcode(gt: dict) -> Spec:
 
 
 # ---------------------------------------------------------------------------------------------
-# LiveCodeBench comparison rules.
-
-
-def _stripped_lines(s: str) -> list[str]:
-    return [line.strip() for line in s.strip().split("\n")]
-
-
-def _decimals(line: str) -> list[Decimal] | None:
-    try:
-        return [Decimal(tok) for tok in line.split()]
-    except (InvalidOperation, ValueError):
-        return None
-
-
-def outputs_match(got: str, expected: str) -> bool:
-    """LiveCodeBench's stdin/stdout rule: strip the whole output, split into lines, strip each;
-    the line counts must agree; each pair of lines is equal as strings, or else both parse
-    entirely as decimal tokens and the token lists are equal (so ``1.0`` == ``1``)."""
-    a, b = _stripped_lines(got), _stripped_lines(expected)
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if x == y:
-            continue
-        dx, dy = _decimals(x), _decimals(y)
-        if dx is None or dy is None:
-            return False
-        try:
-            if dx != dy:
-                return False
-        except InvalidOperation:  # signalling NaN
-            return False
-    return True
+# LiveCodeBench comparison rules: verifier/output_compare.py (bounded; run off the server's
+# threads by the scorer).
 
 
 def values_match(got: Any, expected: Any, taco: bool = False) -> bool:
-    """LiveCodeBench's call-based rule: a returned tuple counts as a list, then ``==``. With
-    TACO-style outputs (JSON values, not strings) ``expected[0]`` is accepted too, as TACO's
-    checker does."""
+    """LiveCodeBench's call-based rule for a Python value: the judge applies it to the value's
+    wire encoding, exactly as a returned value arrives from the sandbox."""
     if type(got) is tuple:
         got = list(got)
-    try:
-        if got == expected:
-            return True
-        if taco and isinstance(expected, list) and len(expected) >= 1 and got == expected[0]:
-            return True
-    except Exception:
-        return False
-    return False
+    blob = json.dumps(H.encode_message(got), allow_nan=True).encode()
+    return compare_return(blob, expected, taco)[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -457,13 +439,24 @@ _RUN_STATUS = {
 }
 
 
+def run_inline(fn: Callable[..., Any], args: tuple, deadline_s: float) -> Any:
+    """The default ``run_bounded`` of ``score_code``: call ``fn`` in this thread (tests and
+    tools; the scorer passes a worker pool that enforces the deadline)."""
+    return fn(*args)
+
+
 class _Judge:
-    def __init__(self, spec: Spec, stop_on_fail: bool):
+    def __init__(
+        self, spec: Spec, stop_on_fail: bool, run_bounded: RunBounded, deadline: float
+    ):
         self.spec = spec
         self.stop_on_fail = stop_on_fail
         self.results: dict[int, tuple[Status, str]] = {}
         self.done = False
         self.special: Outcome | None = None
+        self.run_bounded = run_bounded
+        self.deadline = deadline  # time.monotonic() at which the item's time is up
+        self._expected_bytes: dict[int, bytes] = {}
 
     def first_failure(self) -> tuple[int, Status, str] | None:
         fails = [(i, st, d) for i, (st, d) in self.results.items() if st is not Status.CORRECT]
@@ -483,6 +476,11 @@ class _Judge:
         if t == "setup_error":
             self.special = Outcome(
                 Status.INVALID_INPUT, f"ground truth test code failed: {head.get('detail', '')}"
+            )
+            return False
+        if t == "harness_error":
+            self.special = Outcome(
+                Status.SANDBOX_ERROR, f"the judge's harness failed: {head.get('detail', '')}"
             )
             return False
         if t != "test":
@@ -525,30 +523,32 @@ class _Judge:
                 f"{where}: {_last_line(err) or 'exit code %s' % head.get('exit')}",
             )
         out = blobs[0] if blobs else b""
+        expected = self.spec.outputs[i]
+        # The cheap sufficient tests run here; anything else runs under a deadline, off this
+        # thread (the program chose this output: millions of numbers, a hash-flooded set, ...).
         if self.spec.mode == "stdio":
-            got = out.decode("utf-8", errors="replace")
-            if outputs_match(got, self.spec.outputs[i]):
+            if stdout_identical(out.decode("utf-8", errors="replace"), expected):
                 return Status.CORRECT, ""
-            return (
-                Status.INCORRECT,
-                f"{where}: wrong answer (expected {_short(self.spec.outputs[i])}, got {_short(got)})",
-            )
+            task: tuple = (compare_stdout, (out, expected))
+        else:
+            if i not in self._expected_bytes:
+                self._expected_bytes[i] = canonical_return(expected)
+            if out == self._expected_bytes[i]:
+                return Status.CORRECT, ""
+            task = (compare_return, (out, expected, self.spec.taco_outputs))
+        budget = max(self.deadline - time.monotonic(), MIN_COMPARE_S)
         try:
-            _, value = H.decode_message(json.loads(out))
-        except Exception as e:  # not data we understand: cannot be right
-            return Status.INCORRECT, f"{where}: unreadable return value ({type(e).__name__})"
-        if values_match(value, self.spec.outputs[i], self.spec.taco_outputs):
-            return Status.CORRECT, ""
-        return (
-            Status.INCORRECT,
-            f"{where}: wrong answer (expected {_short(self.spec.outputs[i])}, got {_short(value)})",
-        )
-
-
-def _short(v: Any, n: int = 80) -> str:
-    s = v if isinstance(v, str) else repr(v)
-    s = repr(s) if isinstance(v, str) else s
-    return s if len(s) <= n else s[: n - 3] + "..."
+            ok, message = self.run_bounded(task[0], task[1], budget)
+        except DeadlineExceeded:
+            return (
+                Status.TIMEOUT,
+                f"{where}: comparing the program's output took longer than {budget:.3g} s",
+            )
+        except TaskFailed as e:
+            if e.kind == "MemoryError":
+                return Status.MEMORY_LIMIT, f"{where}: the program's output is too big to compare"
+            raise
+        return (Status.CORRECT, "") if ok else (Status.INCORRECT, f"{where}: {message}")
 
 
 def _last_line(err: bytes) -> str:
@@ -567,17 +567,27 @@ def item_timeout(limits: Limits, n_tests: int) -> float:
     return min(n_tests * tt + ITEM_SLACK_S, MAX_ITEM_TIMEOUT_S)
 
 
-def score_code(response: str, ground_truth: Any, limits: Limits, sandbox: Sandbox) -> Outcome:
-    """Score one code item. See the module docstring."""
+def score_code(
+    response: str,
+    ground_truth: Any,
+    limits: Limits,
+    sandbox: Sandbox,
+    run_bounded: RunBounded = run_inline,
+) -> Outcome:
+    """Score one code item. See the module docstring. ``run_bounded(fn, args, deadline_s)``
+    runs the comparison of a program's output with the expected one (the scorer passes its
+    worker pool: a deadline, and off the server's threads)."""
     try:
-        return _score(response, ground_truth, limits or Limits(), sandbox)
+        return _score(response, ground_truth, limits or Limits(), sandbox, run_bounded)
     except Exception as e:  # a bug here must not crash the batch; it is not the program's fault
         return Outcome(
             Status.SANDBOX_ERROR, f"internal error while judging: {type(e).__name__}: {e}"
         )
 
 
-def _score(response: str, ground_truth: Any, limits: Limits, sandbox: Sandbox) -> Outcome:
+def _score(
+    response: str, ground_truth: Any, limits: Limits, sandbox: Sandbox, run_bounded: RunBounded
+) -> Outcome:
     try:
         spec = parse_ground_truth(ground_truth)
     except BadGroundTruth as e:
@@ -642,7 +652,7 @@ def _score(response: str, ground_truth: Any, limits: Limits, sandbox: Sandbox) -
     keys = [raw[i : i + H.KEY_BYTES] for i in range(0, len(raw), H.KEY_BYTES)]
     stdin = len(payload).to_bytes(8, "big") + payload + b"".join(keys)
 
-    judge = _Judge(spec, stop_on_fail)
+    judge = _Judge(spec, stop_on_fail, run_bounded, time.monotonic() + timeout)
     stream = _Stream(keys, judge.on_record)
     sb_limits = SandboxLimits(
         wall_s=timeout,

@@ -68,14 +68,39 @@ def _braced(text: str, start: int) -> str | None:
     return None
 
 
-_FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+_FENCE = "```"
+_TAG_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_+-")
+
+
+def code_blocks(text: str) -> list[tuple[str, str]]:
+    """Every fenced block as ``(tag, body)``, in order: a fence, a tag of ``[A-Za-z0-9_+-]``
+    (the rest of the fence's line is ignored), a newline, the body, the next fence.
+
+    A scan in linear time: each fence is found once with ``str.find``. (The regular expression
+    this replaces backtracked quadratically on a run of backticks without a newline, and a
+    200,000-backtick response held the server for 30 s.)"""
+    blocks = []
+    pos = text.find(_FENCE)
+    while pos >= 0:
+        nl = text.find("\n", pos + 3)
+        if nl < 0:
+            break  # no newline after this fence: none after any later one either
+        close = text.find(_FENCE, nl + 1)
+        if close < 0:
+            break  # no closing fence: none for any later opening either
+        end = pos + 3
+        while end < nl and text[end] in _TAG_CHARS:
+            end += 1
+        blocks.append((text[pos + 3 : end], text[nl + 1 : close]))
+        pos = text.find(_FENCE, close + 3)
+    return blocks
 
 
 def last_code_block(text: str, languages: tuple[str, ...] = ("python", "py", "python3", "")) -> str | None:
     """Body of the last fenced code block whose language tag is in ``languages`` (an untagged
     block counts when ``""`` is listed); None when there is none."""
     found = None
-    for m in _FENCE.finditer(text):
-        if m.group(1).lower() in languages:
-            found = m.group(2)
+    for tag, body in code_blocks(text):
+        if tag.lower() in languages:
+            found = body
     return found

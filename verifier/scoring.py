@@ -40,6 +40,9 @@ class ScoringConfig:
     max_timeout_s: float = 300.0
     """The largest per-item deadline a caller may ask for, seconds; a larger one is
     INVALID_INPUT (a client cannot pin a worker for an hour)."""
+    max_memory_mb: int = 4096
+    """The largest per-item program memory (``limits.memory_mb``) a caller may ask for, MiB; a
+    larger one is INVALID_INPUT (one item cannot claim the pod's memory). Default 4 GiB."""
     max_pending: int = 4096
     """Items queued per domain beyond those running; past it a batch call gets
     RESOURCE_EXHAUSTED and a stream waits (backpressure). Bounds server memory."""
@@ -48,8 +51,9 @@ class ScoringConfig:
 
 
 def _preload_modules() -> tuple[str, ...]:
-    # Imported once in the forkserver so each (re)started worker begins warm.
-    return ("verifier.math_worker",)
+    # Imported once in the forkserver so each (re)started worker begins warm. (One forkserver
+    # serves both pools: multiprocessing keeps one per process.)
+    return ("verifier.math_worker", "verifier.output_compare")
 
 
 def _math_task(response: str, ground_truth: Any, limits: Limits) -> Outcome:
@@ -66,6 +70,15 @@ class Scorer:
         self._pool = DeadlinePool(
             config.workers,
             max_pending=config.max_pending,
+            memory_mb=config.worker_memory_mb,
+            preload=_preload_modules(),
+        )
+        # Comparing a program's output with the expected one: in worker processes under a
+        # deadline, never on the server's threads (a program chooses its output: a hash-flooded
+        # set, millions of numbers). One per code thread, so a comparison never queues.
+        self._compare_pool = DeadlinePool(
+            config.workers,
+            max_pending=config.workers,
             memory_mb=config.worker_memory_mb,
             preload=_preload_modules(),
         )
@@ -107,13 +120,15 @@ class Scorer:
 
     @property
     def worker_restarts(self) -> dict[str, int]:
-        return dict(self._pool.restarts)
+        """Worker processes killed and replaced, by reason, over both pools."""
+        return {k: n + self._compare_pool.restarts.get(k, 0) for k, n in self._pool.restarts.items()}
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         self._pool.shutdown()
+        self._compare_pool.shutdown()
         self._code_threads.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> "Scorer":
@@ -123,7 +138,14 @@ class Scorer:
         self.close()
 
     # -- internals ----------------------------------------------------------------------
+    def _run_compare(self, fn: Any, args: tuple, deadline_s: float) -> Any:
+        """``score_code``'s ``run_bounded``: one comparison in the compare pool. Called from a
+        code thread, which only waits (the GIL stays with the server's threads)."""
+        return self._compare_pool.submit(fn, args, deadline_s, block_s=deadline_s).result()
+
     def _check_limits(self, limits: Limits) -> Outcome | None:
+        """Server-side upper bounds of the per-item limits (the lower ones are the item's
+        validation)."""
         for name in ("timeout_s", "test_timeout_s"):
             v = getattr(limits, name)
             if v is not None and v > self.config.max_timeout_s:
@@ -132,6 +154,12 @@ class Scorer:
                     f"limits.{name}={v:g} s is over this server's maximum of "
                     f"{self.config.max_timeout_s:g} s",
                 )
+        if limits.memory_mb is not None and limits.memory_mb > self.config.max_memory_mb:
+            return Outcome(
+                Status.INVALID_INPUT,
+                f"limits.memory_mb={limits.memory_mb} MiB is over this server's maximum of "
+                f"{self.config.max_memory_mb} MiB",
+            )
         return None
 
     def _submit_math(self, item: Item, start: float, block_s: float) -> Future:
@@ -198,7 +226,9 @@ class Scorer:
             from verifier.code_score import score_code
 
             try:
-                outcome = score_code(item.response, item.ground_truth, item.limits, sandbox)
+                outcome = score_code(
+                    item.response, item.ground_truth, item.limits, sandbox, self._run_compare
+                )
             except Exception as e:  # noqa: BLE001 - score_code should not raise; if it does,
                 # the item says so instead of the whole batch failing.
                 log.exception("code scorer failed", extra={"item_id": item.id})

@@ -157,6 +157,20 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+# The longest a call waits for its items, seconds. A call without a deadline (grpcurl, Node's
+# grpc-js) reports ~3.6e11 s remaining, and a timeout that large overflows time_t inside
+# concurrent.futures.wait; past a day the wait is unbounded in every practical sense.
+MAX_CALL_WAIT_S = 86400.0
+
+
+def _wait_budget(context: grpc.ServicerContext) -> float:
+    """The call's remaining time, clamped to what the waiting primitives accept."""
+    remaining = context.time_remaining()
+    if remaining is None or remaining != remaining:
+        return MAX_CALL_WAIT_S
+    return max(0.0, min(float(remaining), MAX_CALL_WAIT_S))
+
+
 def _abort(context: grpc.ServicerContext, err: VerifierError) -> None:
     """The one place a domain error becomes a gRPC status."""
     code = _GRPC_CODES.get(err.code, grpc.StatusCode.INTERNAL)
@@ -249,7 +263,7 @@ class VerifierServicer(pb_grpc.VerifierServicer):
             log.info("batch refused", extra={"peer": _peer(context), "items": len(request.items),
                                              "reason": str(e)})
             _abort(context, e)
-        done, not_done = cf.wait(submitted, timeout=context.time_remaining())
+        done, not_done = cf.wait(submitted, timeout=_wait_budget(context))
         if not_done:
             for f in not_done:
                 f.cancel()

@@ -24,13 +24,24 @@ What the program controls and what it does not:
 - stdin/stdout tests: the harness reports the raw stdout, the exit status and whether the
   program raised; the judge compares outside.
 - call-based tests: the program's process returns the value, encoded as plain data (never
-  pickled); the judge decodes and compares outside: a rigged ``__eq__`` never runs.
+  pickled); the judge compares it outside, on the encoding: a rigged ``__eq__`` never runs.
 - assert / LeetCode tests embed expected values in code. They run in an *evaluator* process
   (forked from the harness, never runs program code) that talks to the program's process over
   a pipe: it sends call arguments as data and receives results as data (objects of the
   prefix's classes such as ListNode are rebuilt from their attributes with the evaluator's own
   classes; other objects stay remote handles that compare equal to nothing). The asserts, the
-  builtins they use and the comparison all live in the evaluator.
+  builtins they use and the comparison all live in the evaluator. The program's process of
+  these tests is NOT forked from the harness, which holds the test code: it is a fresh
+  interpreter (``harness --program``) that receives only the program and the prefix, so no
+  expected value exists anywhere in the memory the program can search.
+- whatever the program sends on its pipes is untrusted: a malformed message, an over-cap length
+  or a 100,000-deep array ends the test as the program's failure, never the harness's. The only
+  message of the program's process that the harness believes about the ground truth (the
+  prefix failed) is the first, sent before any code of the program's runs.
+- every process that runs program code installs an audit hook first (``deny_in_process_hooks``):
+  no tracing or profiling hook, no ctypes, so the program cannot run code inside the harness's
+  frames or rewrite its process's memory; the "raised" marker of stdin/stdout tests is written
+  with references bound before the program started.
 """
 
 import _signal as signal  # the C module: `signal` would import enum (2.5 ms)
@@ -69,7 +80,11 @@ KEY_BYTES = 32
 MAC_BYTES = 32
 MSG_CAP = 64 * 1024 * 1024  # largest message between the evaluator and the program
 ERR_TAIL = 4096
+SIGPENDING_MAX = 256  # signals queued at once in a whole jail
 PID1 = os.getpid() == 1
+# This file, for starting fresh program processes (``--program``). Absolute: the program may
+# change the working directory of its own process, never the harness's.
+HARNESS_PATH = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,20 +401,40 @@ class MsgReader:
         self.buf += chunk
 
     def take(self):
+        """The next whole message, or None. Raises DecodeError for anything that is not a
+        length-prefixed JSON object under the cap (the stream is then unusable)."""
         if len(self.buf) < 4:
             return None
         n = int.from_bytes(self.buf[:4], "big")
         if n > self.cap:
-            raise DecodeError(f"message of {n} bytes over the cap")
+            raise DecodeError(f"message of {n} bytes over the {self.cap}-byte cap")
         if len(self.buf) < 4 + n:
             return None
         data = bytes(self.buf[4 : 4 + n])
         del self.buf[: 4 + n]
-        return json.loads(data)
+        try:
+            msg = json.loads(data)
+        except (ValueError, RecursionError, MemoryError) as e:
+            raise DecodeError(f"malformed message ({type(e).__name__})")
+        if not isinstance(msg, dict):
+            raise DecodeError("malformed message (not an object)")
+        return msg
+
+    def next_blocking(self):
+        """Block until a whole message (returned) or the end of the stream (None)."""
+        os.set_blocking(self.fd, True)
+        while True:
+            m = self.take()
+            if m is not None:
+                return m
+            self.feed()
+            if self.eof:
+                return None
 
 
 def recv_msg(reader, deadline, extra_fds=()):
-    """Wait for one message until ``deadline``. Returns the message, "timeout" or "eof"."""
+    """Wait for one message until ``deadline``. Returns the message, "timeout" or "eof";
+    raises DecodeError for a malformed one."""
     os.set_blocking(reader.fd, False)
     poller = select.poll()
     poller.register(reader.fd, select.POLLIN | select.POLLHUP | select.POLLERR)
@@ -556,22 +591,76 @@ def spawn(fd_map, body):
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as in any Python program
         body()
-    except BaseException:
+    except:  # noqa: E722 - bare: the program may have rebound BaseException in our globals
         pass
     os._exit(70)
 
 
-def exit_code_of(e):
-    code = e.code
-    if code is None:
-        return 0
-    if isinstance(code, int) and not isinstance(code, bool):
-        return code & 0xFF
+# Audit events a judged program may not raise. A tracing or profiling hook would let it run code
+# inside the harness's own frames (between its exception and the "raised" marker, or rewriting
+# the harness's locals); ctypes would let it rewrite any memory of its process. Audit hooks
+# cannot be removed from Python code, and these events are the only ways to install either.
+DENIED_EVENTS = frozenset(("sys.settrace", "sys.setprofile"))
+
+
+def deny_in_process_hooks():
+    """Install, in a process about to run program code, the audit hook that refuses tracing,
+    profiling and ctypes (each attempt raises RuntimeError in the program)."""
+    denied = DENIED_EVENTS
+
+    def audit(event, args):
+        if event in denied or event[:7] == "ctypes.":
+            raise RuntimeError(f"{event} is not available to programs in the judge's sandbox")
+
+    sys.addaudithook(audit)
+
+
+def run_main_program(code, st):
+    """Body of the child of one stdin/stdout test: run the program as ``__main__`` and write
+    on fd ``st`` what ended it: nothing (ran to the end, or SystemExit with status 0), ``X``
+    (SystemExit with another status), ``M`` (MemoryError) or ``E`` (any other exception).
+
+    The marker is written by the first instruction after the exception reaches this frame,
+    before any code of the program's can run again (its exception's ``__str__``, its hooks),
+    with references bound before the program started: the program may replace ``os.write``,
+    ``os._exit``, builtins or this module's globals, but not these locals, and it cannot install
+    a tracing hook that would reach them (``deny_in_process_hooks``)."""
+    write, exit_now, exc_info, kind = os.write, os._exit, sys.exc_info, type
+    SysExit, MemErr, Int = SystemExit, MemoryError, int
+    deny_in_process_hooks()
+    rc = 0
     try:
-        sys.stderr.write(str(code) + "\n")
-    except Exception:
-        pass
-    return 1
+        exec(code, program_globals("__main__"))
+    except:  # noqa: E722 - bare: no name lookup that the program could have rebound
+        exc = exc_info()[1]
+        cls = kind(exc)
+        if cls is SysExit:
+            c = exc.code  # the exact class: a plain member, no property of the program's
+            rc = 0 if c is None else (c & 0xFF if kind(c) is Int else 1)
+            marker = b"X" if rc else b""
+        elif cls is MemErr:
+            rc, marker = 1, b"M"
+        else:
+            rc, marker = 1, b"E"
+        if marker:
+            try:
+                write(st, marker)
+            except:  # noqa: E722 - the marker pipe is gone: never report a clean exit
+                exit_now(1)
+        if cls is SysExit:
+            if rc and kind(exc.code) is not Int:
+                try:
+                    sys.stderr.write(str(exc.code) + "\n")
+                except:  # noqa: E722
+                    pass
+        elif cls is not MemErr:
+            try:
+                import traceback
+
+                traceback.print_exc()
+            except:  # noqa: E722
+                pass
+    finish_like_interpreter(rc)
 
 
 def finish_like_interpreter(rc):
@@ -788,27 +877,7 @@ def run_stdio(cfg, code, rep):
 
         def body(st=3):
             _limits_in_child(cfg, tt + 1)
-            rc, marker = 0, b"K"
-            try:
-                exec(code, program_globals("__main__"))
-            except SystemExit as e:
-                rc = exit_code_of(e)
-                marker = b"K" if rc == 0 else b"X"
-            except MemoryError:
-                rc, marker = 1, b"M"
-            except BaseException:
-                rc, marker = 1, b"E"
-                try:
-                    import traceback
-
-                    traceback.print_exc()
-                except BaseException:
-                    pass
-            try:
-                os.write(st, marker)
-            except BaseException:
-                pass
-            finish_like_interpreter(rc)
+            run_main_program(code, st)
 
         t0 = time.monotonic()
         pid = spawn({0: memfd, 1: out_w, 2: err_w, 3: st_w}, body)
@@ -835,11 +904,32 @@ def run_stdio(cfg, code, rep):
 # requests on fd 3, answers on fd 4.
 
 
-def program_server(cfg, code, prefix_code):
-    _limits_in_child(cfg, cfg["_budget"] + 1)
-    g = program_globals("solution")
+def program_main():
+    """Entry of a program process started as a fresh interpreter (``harness --program``, for
+    assert and LeetCode-style tests): its memory holds nothing of the harness's, so no test
+    code, expected value or key is in reach of the program, whatever it searches (frames, the
+    garbage collector, freed memory). Its first message on fd 3 is the program and the prefix.
+    """
+    deny_in_process_hooks()
     req = MsgReader(3)
-    os.set_blocking(3, True)
+    try:
+        init = req.next_blocking()
+        if init is None:
+            os._exit(0)
+        code = compile(init["source"], "solution.py", "exec")
+        prefix = init.get("prefix") or ""
+        prefix_code = compile(prefix, "import_prefix.py", "exec") if prefix else None
+    except BaseException as e:
+        send_msg(4, {"fatal": f"program process start-up: {type(e).__name__}: {e}", "phase": "exec"})
+        os._exit(0)
+    program_server(code, prefix_code, req, announce_prefix=True)
+
+
+def program_server(code, prefix_code, req, announce_prefix=False):
+    """Run the prefix and the program's module once, then answer requests. With
+    ``announce_prefix`` the prefix's success is sent as the first message, before any code of
+    the program's runs: the only "prefix failed" message the harness believes."""
+    g = program_globals("solution")
     known = []
     try:
         if prefix_code is not None:
@@ -848,6 +938,8 @@ def program_server(cfg, code, prefix_code):
     except BaseException as e:
         send_msg(4, {"fatal": f"import_prefix failed: {type(e).__name__}: {e}", "phase": "prefix"})
         os._exit(0)
+    if announce_prefix:
+        send_msg(4, {"prefix": "ok"})
     before = dict(g)
     try:
         exec(code, g)
@@ -893,15 +985,10 @@ def program_server(cfg, code, prefix_code):
     send_msg(4, {"ready": True, "names": names, "known": known})
     while True:
         try:
-            os.set_blocking(3, True)
-            while True:
-                m = req.take()
-                if m is not None:
-                    break
-                req.feed()
-                if req.eof:
-                    os._exit(0)
+            m = req.next_blocking()
         except BaseException:
+            os._exit(0)
+        if m is None:
             os._exit(0)
         try:
             op = m.get("op")
@@ -979,20 +1066,47 @@ def program_server(cfg, code, prefix_code):
                 os._exit(1)
 
 
-class Program:
-    """The harness's handle on a running program process."""
+def _forked_program(cfg, code):
+    _limits_in_child(cfg, cfg["_budget"] + 1)
+    deny_in_process_hooks()
+    program_server(code, None, MsgReader(3))
 
-    def __init__(self, cfg, code, prefix_code, extra_map=None):
+
+def _fresh_program(cfg):
+    _limits_in_child(cfg, cfg["_budget"] + 1)
+    try:
+        os.execv(sys.executable, [sys.executable, "-I", "-S", HARNESS_PATH, "--program"])
+    except BaseException as e:
+        send_msg(4, {"fatal": f"cannot start the program process: {e}", "phase": "exec"})
+        os._exit(0)
+
+
+class Program:
+    """The harness's handle on a running program process.
+
+    ``fresh``: start it as a new interpreter (``--program``) instead of a fork of the harness.
+    Call-based tests fork (the harness holds nothing the program may not see: its source, the
+    test inputs, spent keys); assert and LeetCode-style tests must start fresh, because the
+    harness holds their test code, expected values included."""
+
+    def __init__(self, cfg, code, prefix_code, fresh=False):
         self.req_r, self.req_w = os.pipe()
         self.resp_r, self.resp_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         fd_map = {0: None, 1: out_w, 2: err_w, 3: self.req_r, 4: self.resp_w}
-        self.pid = spawn(fd_map, lambda: program_server(cfg, code, prefix_code))
+        body = (lambda: _fresh_program(cfg)) if fresh else (lambda: _forked_program(cfg, code))
+        self.pid = spawn(fd_map, body)
         for fd in (out_w, err_w, self.req_r, self.resp_w):
             os.close(fd)
         self.watch = Watch(self.pid, out_r, err_r, None, int(cfg["output_bytes"]))
         self.reader = MsgReader(self.resp_r)
+        self.garbage = ""
+        if fresh:
+            try:
+                send_msg(self.req_w, {"source": cfg["source"], "prefix": cfg.get("prefix") or ""})
+            except OSError:
+                pass  # it died before reading: _wait_msg reports how
 
     def close(self):
         for fd in (self.req_w, self.resp_r):
@@ -1007,7 +1121,11 @@ def _wait_msg(prog, deadline):
     Returns the message, "timeout", "output_limit" or "eof" (the process ended without one)."""
     os.set_blocking(prog.resp_r, False)
     while True:
-        m = prog.reader.take()
+        try:
+            m = prog.reader.take()
+        except DecodeError as e:
+            prog.garbage = str(e)
+            return "garbage"
         if m is not None:
             return m
         if prog.reader.eof:
@@ -1036,7 +1154,10 @@ def _program_failure(prog, cfg, how, cpu_limit):
     rec = prog.watch.describe(
         cfg, cpu_limit, how if how in ("timeout", "output_limit") else "exited"
     )
-    if rec["status"] == "exited":
+    if how == "garbage":
+        rec["status"] = "error"
+        rec["detail"] = f"the program wrote malformed data on the judge's channel: {prog.garbage}"
+    elif rec["status"] == "exited":
         rec["status"] = "died"
         rec["detail"] = "the program process ended without answering"
     return rec
@@ -1167,7 +1288,9 @@ def evaluator(cfg, prefix_code, units, resume_after, names):
     state = {
         "deadline": time.monotonic() + tt,
         "skipping": resume_after is not None,
-        "current": None,
+        "current": None,  # the last test begun
+        "open": False,  # inside that test (begun, not yet decided)
+        "calls": 0,  # requests sent to the program
     }
     ns = {"__name__": "__judge_ns__", "__builtins__": builtins}
 
@@ -1177,11 +1300,15 @@ def evaluator(cfg, prefix_code, units, resume_after, names):
     def rpc(msg):
         if state["skipping"]:
             return Skipped()
+        state["calls"] += 1
         try:
             send_msg(3, msg)
         except OSError:
             raise ProgramGone("died")
-        m = recv_msg(reader, state["deadline"])
+        try:
+            m = recv_msg(reader, state["deadline"])
+        except DecodeError as e:
+            raise ProgramGone(("garbage", str(e)))
         if m == "timeout":
             raise ProgramGone("timeout")
         if m == "eof":
@@ -1198,6 +1325,9 @@ def evaluator(cfg, prefix_code, units, resume_after, names):
                 isinstance(cls, type)
                 and issubclass(cls, Exception)
                 and cls.__module__ == "builtins"
+                # These two end an iteration instead of failing: raised into all(map(f, ...))
+                # they would stop it early and make the assert pass.
+                and not issubclass(cls, (StopIteration, StopAsyncIteration))
             ):
                 try:
                     raise cls(f"(raised by the program) {m.get('msg', '')}")
@@ -1288,10 +1418,12 @@ def evaluator(cfg, prefix_code, units, resume_after, names):
                 if i == resume_after:
                     state["skipping"] = False
                 return False
+            state["open"] = True
             return True
 
         @staticmethod
         def result(i, ok):
+            state["open"] = False
             state["deadline"] = time.monotonic() + tt
             report(
                 {"t": "res", "id": i, "ok": bool(ok), "detail": "" if ok else "assertion failed"}
@@ -1301,6 +1433,7 @@ def evaluator(cfg, prefix_code, units, resume_after, names):
 
         @staticmethod
         def error(i, exc):
+            state["open"] = False
             state["deadline"] = time.monotonic() + tt
             try:
                 text = f"{type(exc).__name__}: {exc}"[:500]
@@ -1323,15 +1456,21 @@ def evaluator(cfg, prefix_code, units, resume_after, names):
         os._exit(0)
     ns["__judge__"] = Judge
     for n in names:
-        if n not in ns and not hasattr(builtins, n):
+        if type(n) is str and n.isidentifier() and n not in ns and not hasattr(builtins, n):
             ns[n] = RemoteRef("g:" + n, n)
     refresh_classes()
 
+    def blamed():
+        """The test a failure outside any assert belongs to: the one begun and not decided,
+        else the next one (code between two asserts prepares the second)."""
+        cur = state["current"]
+        if state["open"] or units["kind"] == "asserts":
+            return cur
+        return 0 if cur is None else cur + 1
+
     def on_gone(e):
         why = e.why
-        report(
-            {"t": "gone", "id": state["current"], "why": why if isinstance(why, str) else list(why)}
-        )
+        report({"t": "gone", "id": blamed(), "why": why if isinstance(why, str) else list(why)})
         os._exit(0)
 
     if units["kind"] == "asserts":
@@ -1340,6 +1479,7 @@ def evaluator(cfg, prefix_code, units, resume_after, names):
             if resume_after is not None and k <= resume_after:
                 continue
             state["current"] = k
+            state["open"] = True
             try:
                 exec(compile(src, f"<assert {k}>", "exec"), ns)
             except StopEvaluation:
@@ -1355,10 +1495,19 @@ def evaluator(cfg, prefix_code, units, resume_after, names):
         try:
             exec(compile(units["test_code"], "<test_code>", "exec"), ns)
             refresh_classes()
+        except ProgramGone as e:
+            on_gone(e)
         except BaseException as e:
-            report(
-                {"t": "setup_error", "detail": f"test_code failed to load: {type(e).__name__}: {e}"}
-            )
+            try:
+                text = f"{type(e).__name__}: {e}"[:500]
+            except BaseException:
+                text = type(e).__name__
+            if state["calls"]:
+                # The test code called the program while loading: the program's failure.
+                report({"t": "res", "id": 0, "ok": False, "error": True, "detail": text})
+                report({"t": "end"})
+            else:
+                report({"t": "setup_error", "detail": f"test_code failed to load: {text}"})
             os._exit(0)
         state["skipping"] = False
         try:
@@ -1374,8 +1523,7 @@ def evaluator(cfg, prefix_code, units, resume_after, names):
             # An exception outside any assert (in setup code between asserts): the next
             # assert fails with it; with run-all, evaluation restarts after that assert.
             if not state["skipping"]:
-                nxt = state["current"]
-                nxt = 0 if nxt is None else nxt + 1
+                nxt = blamed()
                 if nxt < int(cfg["n_units"]):
                     try:
                         text = f"{type(e).__name__}: {e}"[:500]
@@ -1424,20 +1572,29 @@ def run_check(cfg, code, prefix_code, rep):
                 }
             )
             return
-        prog = Program(cfg, code, prefix_code)
+        prog = Program(cfg, code, prefix_code, fresh=True)
         t0 = time.monotonic()
-        ready = _wait_msg(prog, min(t0 + float(cfg["test_timeout"]), cfg["_deadline"]))
-        if not isinstance(ready, dict) or ready.get("fatal"):
+        deadline = min(t0 + float(cfg["test_timeout"]), cfg["_deadline"])
+        # The first message is sent before any code of the program's runs (program_main): only
+        # it can say that the process could not start or that the ground truth's prefix failed.
+        ready = _wait_msg(prog, deadline)
+        if isinstance(ready, dict) and ready.get("phase") in ("exec", "prefix"):
+            _program_failure(prog, cfg, "exited", cfg["_budget"] + 1)
+            prog.close()
+            kind = "setup_error" if ready["phase"] == "prefix" else "harness_error"
+            rep.emit({"type": kind, "detail": str(ready.get("fatal"))[:500]})
+            return
+        if isinstance(ready, dict) and ready.get("prefix") == "ok":
+            ready = _wait_msg(prog, deadline)
+        if not isinstance(ready, dict) or ready.get("fatal") or not ready.get("ready"):
             if isinstance(ready, dict):
                 rec = _program_failure(prog, cfg, "exited", cfg["_budget"] + 1)
-                if ready.get("phase") == "prefix":
-                    rep.emit({"type": "setup_error", "detail": ready["fatal"]})
-                    return
                 # A program whose module-level code fails before any test can call it is
                 # LiveCodeBench's "compilation error" (the judge reports COMPILE_ERROR).
+                # (Whatever it claims, e.g. "phase": "prefix": that can only be the program.)
                 rec.update(
-                    status="memory" if ready.get("memory") else "load_error",
-                    detail=ready["fatal"],
+                    status="memory" if ready.get("memory") is True else "load_error",
+                    detail=str(ready.get("fatal") or "the program's process sent no ready message")[:500],
                 )
             else:
                 rec = _program_failure(prog, cfg, ready, cfg["_budget"] + 1)
@@ -1450,11 +1607,13 @@ def run_check(cfg, code, prefix_code, rep):
             resume_after = i
             recorded.add(i)
             continue
+        names = ready.get("names")
+        names = names if isinstance(names, list) else []
         try:
             res_r, res_w = os.pipe()
             ev_pid = spawn(
                 {0: None, 1: None, 2: 2, 3: prog.req_w, 4: prog.resp_r, 5: res_w},
-                lambda after=resume_after, names=ready.get("names", []): evaluator(
+                lambda after=resume_after, names=names: evaluator(
                     cfg, prefix_code, units, after, names
                 ),
             )
@@ -1534,7 +1693,10 @@ def run_check(cfg, code, prefix_code, rep):
                 rec["status"] = "memory"
             elif isinstance(why, list) and why and why[0] == "fatal":
                 rec["status"] = "memory" if why[2] else "error"
-                rec["detail"] = why[1]
+                rec["detail"] = str(why[1])[:500]
+            elif isinstance(why, list) and why and why[0] == "garbage":
+                rec["status"] = "error"
+                rec["detail"] = f"the program wrote malformed data on the judge's channel: {why[1]}"
             elif rec["status"] == "died":
                 rec["detail"] = "the program process died"
         elif kind in ("output_limit", "item_timeout"):
@@ -1604,6 +1766,16 @@ def main():
     for name in ("exit", "quit"):
         if not hasattr(builtins, name):
             setattr(builtins, name, _Quitter(name))
+    if sys.argv[1:] == ["--program"]:
+        program_main()
+        return
+    # Pending signals count against the per-user total of the user who created the jail's user
+    # namespace (root) as well as the jail's own; nsjail has no option for this limit, so the
+    # harness sets it for every process of the jail.
+    try:
+        resource.setrlimit(resource.RLIMIT_SIGPENDING, (SIGPENDING_MAX, SIGPENDING_MAX))
+    except (ValueError, OSError, AttributeError):
+        pass
     rep = Reporter()
     n = int.from_bytes(read_exact(0, 8), "big")
     # The payload comes from the judge (trusted direction), so marshal is fine and cheap.

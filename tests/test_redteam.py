@@ -1,0 +1,613 @@
+"""The red-team findings, one named test each (real nsjail; the server-level ones against a real
+``verifier serve`` process). Each finding's test is written from its description: the attack
+must not earn CORRECT, must end in a verdict of the program (never SANDBOX_ERROR, INVALID_INPUT
+or INTERNAL_ERROR, which would stop a training step), in bounded time, without leaving a process
+behind (the ``after_attack`` fixture also checks that the next normal item is judged CORRECT);
+the server-level ones also check that the server stays healthy and that a neighbour's item is
+judged right meanwhile."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from sandbox import SandboxLimits
+from tests.conftest import ServerProcess
+from tests.conftest_sandbox import (  # noqa: F401
+    SUM_GT,
+    SUM_OK,
+    after_attack,
+    nsjail_sandbox,
+    respond,
+)
+from verifier.client import VerifierClient
+from verifier.code_score import score_code
+from verifier.items import Item, Limits, Status
+from verifier.scoring import Scorer, ScoringConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+UNJUDGED = (Status.SANDBOX_ERROR, Status.INVALID_INPUT, Status.INTERNAL_ERROR)
+EMPTY = {"inputs": ["5\n"], "outputs": [""]}
+
+
+def judged(sb, code, gt, **limits):
+    """Score ``code``; the verdict must be the program's own and not CORRECT."""
+    limits.setdefault("test_timeout_s", 3)
+    o = score_code(respond(code), gt, Limits(**limits), sb)
+    assert o.status is not Status.CORRECT, o
+    assert o.status not in UNJUDGED, o
+    return o
+
+
+def call_gt(n=1, out="[1]"):
+    return {"inputs": [str(i) for i in range(n)], "outputs": [out] * n, "fn_name": "f"}
+
+
+# A helper the attacks below share: write one message straight onto the program process's
+# answer pipe (fd 4 of the call-based program process), bypassing the harness's encoder.
+WRITE_ANSWER = (
+    "import os\n"
+    "def _send(data):\n"
+    "    view = memoryview(data)\n"
+    "    while view:\n"
+    "        view = view[os.write(4, view):]\n"
+)
+
+
+# -- 1. no secret in the program's reach -----------------------------------------------------
+
+# Walks every frame up from its own and every object the garbage collector knows, looking for
+# the harness's test code; parses the asserts it finds and answers from a lookup table.
+HARVEST = """
+import ast, gc, sys
+table = {}
+def _harvest():
+    found = []
+    f = sys._getframe()
+    while f is not None:
+        for v in list(f.f_locals.values()) + list(f.f_globals.values()):
+            if isinstance(v, dict):
+                found.append(v)
+        f = f.f_back
+    found += [o for o in gc.get_objects() if isinstance(o, dict)]
+    texts = []
+    for d in found:
+        for key in ("units", "cases", "test_code", "call"):
+            v = d.get(key) if isinstance(d, dict) else None
+            if isinstance(v, str):
+                texts.append(v)
+            elif isinstance(v, list):
+                texts += [t for t in v if isinstance(t, str)]
+            elif isinstance(v, dict):
+                texts += [t for t in v.values() if isinstance(t, str)]
+                texts += [t for t in v.get("cases", []) if isinstance(t, str)]
+    texts += [o for o in gc.get_objects() if isinstance(o, str) and "==" in o]
+    for t in texts:
+        try:
+            tree = ast.parse(t)
+        except Exception:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Call):
+                try:
+                    args = tuple(ast.literal_eval(a) for a in node.left.args)
+                    kw = tuple(sorted((k.arg, ast.literal_eval(k.value)) for k in node.left.keywords))
+                    table[(args, kw)] = ast.literal_eval(node.comparators[0])
+                except Exception:
+                    pass
+_harvest()
+def secret(*a, **k):
+    return table.get((a, tuple(sorted(k.items()))), -1)
+class Solution:
+    def secret(self, *a, **k):
+        return table.get((a, tuple(sorted(k.items()))), -1)
+"""
+
+
+def test_assert_tests_hold_no_expected_value_in_reach(after_attack):
+    gt = {
+        "assert_case": [
+            "assert secret(3) == 91872364",
+            "assert secret(4) == 1234567",
+            "assert secret(5) == 7654321",
+            "assert secret(6) == 42424242",
+        ]
+    }
+    o = judged(after_attack, HARVEST, gt, run_all_tests=True)
+    assert o.status is Status.INCORRECT and o.passed == 0
+
+
+def test_leetcode_tests_hold_no_expected_value_in_reach(after_attack):
+    gt = {
+        "import_prefix": "",
+        "test_code": (
+            "def check(candidate):\n"
+            "    assert candidate(x=3) == 918723\n"
+            "    assert candidate(x=4) == 111\n"
+            "    assert candidate(x=5) == 222\n"
+        ),
+        "entry_point": "Solution().secret",
+    }
+    o = judged(after_attack, HARVEST, gt, run_all_tests=True)
+    assert o.status is Status.INCORRECT and o.passed == 0
+
+
+def test_program_process_memory_holds_no_test_code(after_attack):
+    """Stronger than a lookup of live objects: every string in the program's process (its
+    own, the interpreter's, anything left from a fork) is searched for the expected value."""
+    code = (
+        "import gc, sys\n"
+        "def f(x):\n"
+        "    hits = [o for o in gc.get_objects() if isinstance(o, (str, bytes)) and '8675309' in str(o)]\n"
+        "    for m in list(sys.modules.values()):\n"
+        "        for v in list(vars(m).values()):\n"
+        "            if isinstance(v, (str, bytes)) and '8675309' in str(v):\n"
+        "                hits.append(v)\n"
+        "    return 8675309 if hits else -1\n"
+    )
+    o = judged(after_attack, code, {"assert_case": ["assert f(1) == 8675309"]})
+    assert o.status is Status.INCORRECT
+
+
+# -- 2. and 10.: nothing the program sends is decoded without bounds -------------------------
+
+
+@pytest.fixture(scope="module")
+def verifier_process():
+    """A real ``verifier serve`` process with 2 workers (health checks from this process then
+    measure the server, not this test's own GIL)."""
+    proc = ServerProcess(0, "--workers", "2")
+    yield proc.address
+    proc.terminate()
+
+
+def code_item(item_id, code, gt, **limits):
+    return {
+        "id": item_id,
+        "domain": "code",
+        "response": respond(code),
+        "ground_truth": gt,
+        "limits": limits,
+    }
+
+
+def under_attack(addr, attack_items, probe_s=0.25):
+    """Score ``attack_items`` while probing the server's health every ``probe_s`` (each probe
+    must answer within 2 s) and scoring a neighbour's normal item. Returns (results, neighbour
+    result, failed probes, probes, seconds the attack took)."""
+    stop = threading.Event()
+    failed, probes = [], [0]
+    neighbour: list = []
+
+    def probe():
+        channel = grpc.insecure_channel(addr)
+        stub = health_pb2_grpc.HealthStub(channel)
+        while not stop.is_set():
+            t = time.monotonic()
+            try:
+                r = stub.Check(health_pb2.HealthCheckRequest(), timeout=2.0)
+                if r.status != health_pb2.HealthCheckResponse.SERVING:
+                    failed.append(f"status {r.status}")
+            except grpc.RpcError as e:
+                failed.append(f"{e.code()} after {time.monotonic() - t:.1f} s")
+            probes[0] += 1
+            stop.wait(probe_s)
+        channel.close()
+
+    def neighbour_item():
+        time.sleep(0.5)  # while the attack is being judged
+        with VerifierClient(addr) as c:
+            neighbour.extend(c.score([code_item("neighbour", SUM_OK, SUM_GT)]))
+
+    threads = [threading.Thread(target=probe), threading.Thread(target=neighbour_item)]
+    for t in threads:
+        t.start()
+    t0 = time.monotonic()
+    try:
+        with VerifierClient(addr) as c:
+            results = c.score(attack_items)
+    finally:
+        elapsed = time.monotonic() - t0
+        threads[1].join(timeout=60)
+        stop.set()
+        threads[0].join(timeout=10)
+    assert neighbour and neighbour[0].status is Status.CORRECT, neighbour
+    return results, neighbour[0], failed, probes[0], elapsed
+
+
+P61 = "(2 ** 61 - 1)"
+
+
+def test_hash_flooded_return_value_cannot_freeze_the_server(verifier_process):
+    # Integers that all hash to 0: a set of them costs quadratic time to build. One program
+    # writes the set straight onto its answer pipe; another returns a dict of them.
+    forged = WRITE_ANSWER + (
+        "import json\n"
+        "def f(x):\n"
+        f"    P = {P61}\n"
+        "    data = json.dumps({'v': {'$': 'set', 'v': [j * P for j in range(100000)]}, 'objs': []}).encode()\n"
+        "    _send(len(data).to_bytes(4, 'big') + data)\n"
+        "    import time; time.sleep(30)\n"
+    )
+    plain = f"def f(x):\n    P = {P61}\n    return {{j * P: 0 for j in range(12000)}}\n"
+    items = [
+        code_item("forged", forged, call_gt(), test_timeout_s=10),
+        code_item("plain", plain, call_gt(), test_timeout_s=10),
+    ]
+    results, _, failed, probes, elapsed = under_attack(verifier_process, items)
+    by_id = {r.id: r for r in results}
+    assert by_id["forged"].status is Status.INCORRECT, by_id["forged"]
+    assert by_id["plain"].status in (Status.INCORRECT, Status.TIMEOUT), by_id["plain"]
+    assert not failed, f"{len(failed)} of {probes} health checks failed: {failed[:3]}"
+    assert elapsed < 40  # each item's own deadline is 13 s; judging adds milliseconds
+
+
+def test_backtick_flood_response_cannot_freeze_the_server(verifier_process):
+    """1,000,000 backticks and no code (the response cap): the block extraction is linear."""
+    item = {"id": "ticks", "domain": "code", "response": "`" * 1_000_000, "ground_truth": SUM_GT}
+    results, _, failed, probes, elapsed = under_attack(verifier_process, [item])
+    assert results[0].status is Status.NO_ANSWER, results[0]
+    assert not failed, f"{len(failed)} of {probes} health checks failed: {failed[:3]}"
+    assert elapsed < 20  # was 12 minutes of one server thread holding the GIL
+
+
+def test_huge_numeric_output_is_compared_off_the_server_threads(verifier_process):
+    """8 MiB lines of numbers that differ from the expected text only in form (1.0 vs 1): a
+    decimal comparison of millions of tokens, in the compare workers, under a deadline."""
+    n = 2_000_000
+    gt = {"inputs": ["\n", "\n"], "outputs": ["1 " * n, "1 " * n]}
+    right = f"import sys\nsys.stdout.write('1.0 ' * {n})"
+    wrong = f"import sys\nsys.stdout.write('1.0 ' * {n - 1} + '2.0')"
+    items = [
+        code_item("right", right, gt, run_all_tests=True, test_timeout_s=10),
+        code_item("wrong", wrong, gt, run_all_tests=True, test_timeout_s=10),
+    ]
+    results, _, failed, probes, elapsed = under_attack(verifier_process, items)
+    by_id = {r.id: r for r in results}
+    assert by_id["right"].status is Status.CORRECT, by_id["right"]
+    assert by_id["wrong"].status is Status.INCORRECT and by_id["wrong"].passed == 0
+    assert not failed, f"{len(failed)} of {probes} health checks failed: {failed[:3]}"
+    assert elapsed < 60
+
+
+# -- 3. (the extraction itself, without a server) ---------------------------------------------
+
+
+def test_code_block_extraction_is_linear():
+    from verifier.extract import last_code_block
+
+    t = time.monotonic()
+    for text in ("`" * 1_000_000, "```\n" * 250_000, "```python" * 100_000):
+        last_code_block(text)
+    assert time.monotonic() - t < 5
+
+
+# -- 4. a program can only fail as itself ----------------------------------------------------
+
+
+def test_garbage_on_the_answer_pipe_is_the_programs_failure(after_attack):
+    code = WRITE_ANSWER + "def f(x):\n    _send(b'\\x00\\x00\\x00\\x05{{{{{')\n    return 1\n"
+    o = judged(after_attack, code, call_gt())
+    assert o.status is Status.RUNTIME_ERROR and "malformed" in o.detail
+    code = WRITE_ANSWER + "def f(x):\n    _send(b'\\x00\\x00\\x00\\x02[]')\n    return 1\n"
+    o = judged(after_attack, code, call_gt())  # valid JSON, not a message
+    assert o.status is Status.RUNTIME_ERROR and "malformed" in o.detail
+
+
+def test_over_cap_length_prefix_is_the_programs_failure(after_attack):
+    code = WRITE_ANSWER + "def f(x):\n    _send(b'\\xff\\xff\\xff\\xff')\n    return 1\n"
+    o = judged(after_attack, code, call_gt())
+    assert o.status is Status.RUNTIME_ERROR and "malformed" in o.detail
+    # The same onto the evaluator's channel in assert mode.
+    o = judged(after_attack, code, {"assert_case": ["assert f(1) == 1"]})
+    assert o.status is Status.RUNTIME_ERROR and "malformed" in o.detail
+
+
+def test_deeply_nested_json_answer_is_the_programs_failure(after_attack):
+    code = WRITE_ANSWER + (
+        "def f(x):\n"
+        "    body = b'{\"v\": ' + b'[' * 100000 + b']' * 100000 + b', \"objs\": []}'\n"
+        "    _send(len(body).to_bytes(4, 'big') + body)\n"
+        "    return 1\n"
+    )
+    o = judged(after_attack, code, call_gt())
+    assert o.status is Status.RUNTIME_ERROR and "malformed" in o.detail
+
+
+def test_huge_integer_return_is_a_wrong_answer(after_attack):
+    """3 ** 20000 has 9,543 digits: past Python's 4,300-digit limit for printing it."""
+    o = judged(after_attack, "def f(x):\n    return 3 ** 20000\n", call_gt())
+    assert o.status is Status.INCORRECT and "integer of about 9543 digits" in o.detail
+
+
+def test_forged_prefix_failure_is_the_programs_failure(after_attack):
+    code = WRITE_ANSWER + (
+        "import json\n"
+        "msg = json.dumps({'fatal': 'import_prefix failed: forged', 'phase': 'prefix'}).encode()\n"
+        "_send(len(msg).to_bytes(4, 'big') + msg)\n"
+        "import os; os._exit(0)\n"
+    )
+    o = judged(after_attack, code, {"assert_case": ["assert f(1) == 1"]})
+    assert o.status is Status.COMPILE_ERROR, o
+    leet = {
+        "import_prefix": "import math",
+        "test_code": "def check(candidate):\n    assert candidate(1) == 1\n",
+        "entry_point": "Solution().f",
+    }
+    o = judged(after_attack, code, leet)
+    assert o.status is Status.COMPILE_ERROR, o
+
+
+def test_a_real_prefix_failure_is_still_invalid_input(after_attack):
+    gt = {
+        "import_prefix": "import no_such_module_anywhere",
+        "test_code": "def check(candidate):\n    assert candidate(1) == 1\n",
+        "entry_point": "Solution().f",
+    }
+    o = score_code(respond("class Solution:\n    def f(self, x):\n        return x"), gt, Limits(), after_attack)
+    assert o.status is Status.INVALID_INPUT and "no_such_module_anywhere" in o.detail
+
+
+def test_test_code_calling_a_failing_program_is_the_programs_failure(after_attack):
+    """Test code whose module level calls the program: the program's exception there is its
+    failure, not a broken ground truth."""
+    gt = {
+        "import_prefix": "",
+        "test_code": "table = Solution().build()\ndef check(candidate):\n    assert candidate(1) == 1\n",
+        "entry_point": "Solution().f",
+    }
+    code = "class Solution:\n    def build(self):\n        raise ValueError('no')\n    def f(self, x):\n        return x\n"
+    o = judged(after_attack, code, gt)
+    assert o.status is Status.RUNTIME_ERROR and "ValueError" in o.detail
+
+
+def test_deleting_the_harness_cannot_break_the_next_program_process(after_attack):
+    """Assert tests start a fresh interpreter for each program process, from the harness file
+    in the scratch directory: the program cannot remove or replace it."""
+    code = (
+        "import os\n"
+        "for name in os.listdir('/tmp'):\n"
+        "    p = os.path.join('/tmp', name)\n"
+        "    for op in (os.remove, lambda p: os.rename(p, p + '.x'), lambda p: open(p, 'wb').write(b'x')):\n"
+        "        try:\n"
+        "            op(p)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "def f(x):\n"
+        "    os._exit(3)\n"
+    )
+    gt = {"assert_case": ["assert f(1) == 1", "assert f(2) == 2", "assert f(3) == 3"]}
+    o = judged(after_attack, code, gt, run_all_tests=True)
+    assert o.status is Status.RUNTIME_ERROR and (o.passed, o.total) == (0, 3)
+
+
+# -- 5. and 6.: the kernel's side doors ------------------------------------------------------
+
+
+def jail(sb, code: str) -> str:
+    """Run a plain program in a jail of the same policy; its stdout."""
+    r = sb.run([sb.python, "-I", "-S", "-c", code], limits=SandboxLimits(wall_s=20, cpu_s=10))
+    assert r.status == "ok" and r.exit_code == 0, r
+    return r.stdout.decode()
+
+
+def test_vsock_and_unneeded_socket_families_are_denied(nsjail_sandbox):
+    code = (
+        "import socket\n"
+        "for fam in (40, 16, 17, 38, 1, 2, 10):\n"  # VSOCK NETLINK PACKET ALG UNIX INET INET6
+        "    try:\n"
+        "        socket.socket(fam, socket.SOCK_DGRAM if fam != 17 else socket.SOCK_RAW).close()\n"
+        "        print(fam, 0)\n"
+        "    except OSError as e:\n"
+        "        print(fam, e.errno)\n"
+        "a, b = socket.socketpair(); print('pair', 0)\n"
+    )
+    got = dict(line.split() for line in jail(nsjail_sandbox, code).split("\n") if line)
+    assert got == {"40": "97", "16": "97", "17": "97", "38": "97", "1": "0", "2": "0", "10": "0", "pair": "0"}
+
+
+def test_inotify_is_denied_and_the_hosts_quota_untouched(nsjail_sandbox):
+    code = (
+        "import ctypes\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "fds = [libc.inotify_init1(0) for _ in range(200)]\n"
+        "print(sum(fd >= 0 for fd in fds), ctypes.get_errno())\n"
+        "import time; time.sleep(0.5)\n"
+    )
+    stop = threading.Event()
+    host_errors = []
+
+    def host_inotify():  # root on the host keeps creating inotify instances meanwhile
+        libc = ctypes.CDLL(None, use_errno=True)
+        while not stop.is_set():
+            fd = libc.inotify_init1(0)
+            if fd < 0:
+                host_errors.append(ctypes.get_errno())
+            else:
+                os.close(fd)
+            time.sleep(0.01)
+
+    t = threading.Thread(target=host_inotify)
+    t.start()
+    try:
+        out = jail(nsjail_sandbox, code).split()
+    finally:
+        stop.set()
+        t.join()
+    assert out == ["0", "38"]  # ENOSYS, not one instance
+    assert not host_errors
+
+
+def test_message_queue_memlock_and_signal_limits_are_in_force(nsjail_sandbox):
+    code = (
+        "import resource as r\n"
+        "print(r.getrlimit(r.RLIMIT_MSGQUEUE)[1], r.getrlimit(r.RLIMIT_MEMLOCK)[1])\n"
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.mq_open.restype = ctypes.c_int\n"
+        "ok = sum(libc.mq_open(f'/q{i}'.encode(), os.O_CREAT | os.O_RDWR, 0o600, None) >= 0 for i in range(9))\n"
+        "print(ok, libc.mlockall(1))\n"
+    )
+    assert jail(nsjail_sandbox, code).split() == ["0", "0", "0", "-1"]
+    # Pending signals per jail: set by the harness for judged programs.
+    probe = "import resource as r\nprint(r.getrlimit(r.RLIMIT_SIGPENDING)[1])"
+    o = score_code(respond(probe), {"inputs": [""], "outputs": ["256"]}, Limits(), nsjail_sandbox)
+    assert o.status is Status.CORRECT, o
+
+
+def test_many_empty_files_hit_the_scratch_inode_cap(after_attack):
+    code = (
+        "i = 0\n"
+        "while True:\n"
+        "    open(f'/tmp/e{i}', 'w').close()\n"
+        "    i += 1\n"
+    )
+    o = judged(after_attack, code, {"inputs": ["\n"], "outputs": ["0\n"]}, test_timeout_s=10)
+    assert o.status is Status.RUNTIME_ERROR and "No space left" in o.detail
+
+
+# -- 7. and 8.: raising always fails ---------------------------------------------------------
+
+
+def test_exception_whose_str_exits_zero_still_fails(after_attack):
+    code = (
+        "import os\n"
+        "class Sneaky(Exception):\n"
+        "    def __str__(self):\n"
+        "        os._exit(0)\n"
+        "    __repr__ = __str__\n"
+        "raise Sneaky()\n"
+    )
+    o = judged(after_attack, code, EMPTY)
+    assert o.status is Status.RUNTIME_ERROR
+
+
+def test_patched_os_write_and_exit_cannot_hide_an_exception(after_attack):
+    code = (
+        "import os, sys\n"
+        "real_exit = os._exit\n"
+        "os.write = lambda fd, data: len(data)\n"
+        "os._exit = lambda code: real_exit(0)\n"
+        "sys.exit = lambda *a: real_exit(0)\n"
+        "main = sys.modules['__main__']\n"  # the harness's own globals
+        "for name in ('BaseException', 'SystemExit', 'MemoryError', 'type', 'int', 'finish_like_interpreter'):\n"
+        "    setattr(main, name, lambda *a, **k: real_exit(0))\n"
+        "raise ValueError('boom')\n"
+    )
+    o = judged(after_attack, code, EMPTY)
+    assert o.status is Status.RUNTIME_ERROR
+
+
+def test_trace_and_profile_hooks_are_refused(after_attack):
+    for install in (
+        "sys.settrace(hook)",
+        "sys.setprofile(hook)",
+        "sys._getframe().f_back.f_trace = hook; sys.settrace(hook)",
+        "import threading; threading.settrace(hook); threading.Thread(target=lambda: 1).start()",
+    ):
+        code = (
+            "import os, sys\n"
+            "def hook(frame, event, arg):\n"
+            "    if event == 'exception':\n"
+            "        os._exit(0)\n"
+            "    frame.f_locals['marker'] = b''\n"
+            "    return hook\n"
+            "try:\n"
+            f"    {install}\n"
+            "except RuntimeError as e:\n"
+            "    print('refused', e, file=sys.stderr)\n"
+            "raise ValueError('boom')\n"
+        )
+        o = judged(after_attack, code, EMPTY)
+        assert o.status is Status.RUNTIME_ERROR, (install, o)
+
+
+def test_stop_iteration_from_the_tested_function_fails_the_assert(after_attack):
+    code = "def f(x):\n    raise StopIteration\n"
+    o = judged(after_attack, code, {"assert_case": ["assert all(map(f, [1, 2, 3]))"]})
+    assert o.status is Status.RUNTIME_ERROR and "StopIteration" in o.detail
+    leet = {
+        "import_prefix": "",
+        "test_code": "def check(candidate):\n    assert all(map(candidate, [1, 2, 3]))\n",
+        "entry_point": "Solution().f",
+    }
+    code = "class Solution:\n    def f(self, x):\n        raise StopIteration\n"
+    o = judged(after_attack, code, leet)
+    assert o.status is Status.RUNTIME_ERROR
+
+
+# -- 9. the LeetCode restart loop -------------------------------------------------------------
+
+
+def test_leetcode_program_dying_between_asserts_fails_only_the_next_assert(after_attack):
+    gt = {
+        "import_prefix": "",
+        "test_code": (
+            "def check(candidate):\n"
+            "    assert candidate(1) == 1\n"
+            "    x = candidate(2)\n"  # outside any assert: prepares the second
+            "    assert x == 2\n"
+            "    assert candidate(3) == 3\n"
+        ),
+        "entry_point": "Solution().f",
+    }
+    code = "import os\nclass Solution:\n    def f(self, x):\n        if x == 2:\n            os._exit(1)\n        return x\n"
+    t = time.monotonic()
+    o = judged(after_attack, code, gt, run_all_tests=True, reward_mode="fractional")
+    assert o.status is Status.RUNTIME_ERROR and "test 2/3" in o.detail, o
+    assert (o.passed, o.total) == (2, 3)
+    assert time.monotonic() - t < 10
+
+
+# -- 11. the small ones ------------------------------------------------------------------------
+
+
+def test_deeply_nested_tuple_return_is_a_wrong_answer(after_attack):
+    code = "def f(x):\n    v = 1\n    for _ in range(390):\n        v = (v,)\n    return v\n"
+    o = judged(after_attack, code, call_gt())
+    assert o.status is Status.INCORRECT
+    o = judged(after_attack, code, {"assert_case": ["assert f(1) == 1"]})
+    assert o.status in (Status.INCORRECT, Status.RUNTIME_ERROR)
+
+
+def test_per_item_limits_have_server_side_maximums():
+    with Scorer(ScoringConfig(workers=1, max_memory_mb=4096, max_timeout_s=60)) as s:
+        item = Item("m", "code", respond(SUM_OK), SUM_GT, limits=Limits(memory_mb=10**6))
+        (r,) = s.score([item])
+        assert r.status is Status.INVALID_INPUT and "4096 MiB" in r.detail
+        item = Item("t", "code", respond(SUM_OK), SUM_GT, limits=Limits(test_timeout_s=3600))
+        (r,) = s.score([item])
+        assert r.status is Status.INVALID_INPUT and "60 s" in r.detail
+        (r,) = s.score([Item("ok", "code", respond(SUM_OK), SUM_GT, limits=Limits(memory_mb=2048))])
+        assert r.status is Status.CORRECT
+
+
+# -- calls without a deadline, from a non-Python client ---------------------------------------
+
+
+@pytest.mark.parametrize("deadline", ["none", "3.59999e11"])
+def test_node_grpc_js_client_without_a_deadline(verifier_process, deadline):
+    """@grpc/grpc-js (installed by make setup into tests/node) calls Score with no deadline, and
+    with the largest one it can send (99999999H): both used to fail with "timestamp out of range
+    for platform time_t". The fraction needs a worker, so the server really waits."""
+    items = [
+        {"id": "a", "domain": "math", "response": r"\boxed{\frac{1}{2}}", "ground_truth_json": json.dumps("0.5")},
+        {"id": "b", "domain": "math", "response": r"\boxed{3}", "ground_truth_json": json.dumps("4")},
+    ]
+    r = subprocess.run(
+        ["node", str(ROOT / "tests/node/score.js"), verifier_process,
+         str(ROOT / "protos/verifier.proto"), json.dumps(items), deadline],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    resp = json.loads(r.stdout)
+    assert [x["status"] for x in resp["results"]] == ["CORRECT", "INCORRECT"], resp

@@ -1,0 +1,315 @@
+"""Comparing what a judged program produced with the expected output (LiveCodeBench's rules).
+
+Everything here reads data that a judged program wrote, so nothing here may cost more than a
+bounded, predictable amount of work on any input:
+
+- no container is built whose cost the program controls: a returned value is compared with the
+  expected one on its wire encoding, walking the EXPECTED value's structure; no set is built,
+  and no dict is keyed by anything but strings (whose hashes are randomised), so a set of
+  integers that all hash alike (quadratic to build) is never built;
+- recursion follows the expected value only (trusted data), never the program's nesting;
+- messages describe values within a character budget, without ``repr`` of a huge integer
+  (past Python's 4,300-digit limit, ``repr`` raises) or of a huge container.
+
+The scorer runs these functions in a worker process under a deadline (``verifier.scoring``), off
+the server's threads: even linear work on 8 MiB of output (millions of numeric tokens) must not
+hold the server's GIL. ``compare_stdout`` and ``compare_return`` are the tasks; the fast
+paths (``stdout_identical``, and equal bytes with ``canonical_return``) are cheap enough to run
+anywhere.
+
+LiveCodeBench's rules (``lcb_runner/evaluation/testing_util.py``, LiveCodeBench/LiveCodeBench
+at 28fef95): stdin/stdout outputs are compared line by line after stripping the whole output and
+each line; a pair of lines that differ as text is equal when both consist entirely of decimal
+tokens with equal values. Call-based results: a returned tuple counts as a list, then ``==``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+SHORT = 80  # characters of a value shown in a verdict's message
+
+
+# ---------------------------------------------------------------------------------------------
+# stdin/stdout
+
+
+def _stripped_lines(s: str) -> list[str]:
+    return [line.strip() for line in s.strip().split("\n")]
+
+
+def _decimals(tokens: list[str]) -> list[Decimal] | None:
+    try:
+        return [Decimal(tok) for tok in tokens]
+    except (InvalidOperation, ValueError):
+        return None
+
+
+def stdout_identical(got: str, expected: str) -> bool:
+    """The cheap sufficient test: equal after stripping the whole text (then every line is)."""
+    return got.strip() == expected.strip()
+
+
+def outputs_match(got: str, expected: str) -> bool:
+    """LiveCodeBench's stdin/stdout rule: strip the whole output, split into lines, strip each;
+    the line counts must agree; each pair of lines is equal as strings, or else both parse
+    entirely as decimal tokens and the token lists are equal (so ``1.0`` == ``1``). Linear in
+    the output: decimals are parsed only on lines that differ as text and hold as many tokens."""
+    if stdout_identical(got, expected):
+        return True
+    a, b = _stripped_lines(got), _stripped_lines(expected)
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x == y:
+            continue
+        tx, ty = x.split(), y.split()
+        if len(tx) != len(ty):
+            return False
+        dx, dy = _decimals(tx), _decimals(ty)
+        if dx is None or dy is None:
+            return False
+        try:
+            if dx != dy:
+                return False
+        except InvalidOperation:  # signalling NaN
+            return False
+    return True
+
+
+def compare_stdout(got: bytes, expected: str) -> tuple[bool, str]:
+    """Task: ``(ok, message)`` for one stdin/stdout test."""
+    text = got.decode("utf-8", errors="replace")
+    if outputs_match(text, expected):
+        return True, ""
+    return False, f"wrong answer (expected {short(expected)}, got {short(text)})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Call-based return values, compared on their wire encoding (verifier/harness/harness.py's
+# Encoder: JSON values stand for themselves, other values are {"$": tag, "v": ...}).
+
+_NUMBER = (bool, int, float)
+
+
+def _number(x: Any) -> Any:
+    """The numeric value of an encoded number, or None when ``x`` is not one."""
+    if type(x) in _NUMBER:
+        return x
+    if type(x) is dict:
+        tag, v = x.get("$"), x.get("v")
+        if tag == "int" and type(v) is str and 0 < len(v) <= 1_000_000:
+            try:
+                return int(v, 16)  # linear: a power-of-two base
+            except ValueError:
+                return None
+        if tag == "complex" and type(v) is list and len(v) == 2:
+            re_, im = v
+            if type(re_) in _NUMBER and type(im) in _NUMBER and im == 0:
+                return re_  # complex(r, 0) == r in Python
+    return None
+
+
+def _encoded_equal(x: Any, expected: Any) -> bool:
+    """``decode(x) == expected`` for a plain JSON ``expected``, without decoding ``x``.
+    Iterative over the expected structure (its depth is bounded by the ground truth)."""
+    stack = [(x, expected)]
+    while stack:
+        got, exp = stack.pop()
+        if exp is None:
+            if got is not None:
+                return False
+        elif type(exp) in _NUMBER:
+            n = _number(got)
+            if n is None or not (n == exp):
+                return False
+        elif type(exp) is str:
+            if type(got) is not str or got != exp:
+                return False
+        elif type(exp) is list:
+            if type(got) is not list or len(got) != len(exp):
+                return False
+            stack.extend(zip(got, exp))
+        elif type(exp) is dict:
+            if type(got) is not dict or got.get("$") != "dict" or type(got.get("v")) is not list:
+                return False
+            items: dict[str, Any] = {}
+            for pair in got["v"]:
+                # A key that is not a string can equal no key of a JSON object.
+                if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
+                    return False
+                items[pair[0]] = pair[1]  # later duplicates win, as when building a dict
+            if len(items) != len(exp):
+                return False
+            for k, v in exp.items():
+                if k not in items:
+                    return False
+                stack.append((items[k], v))
+        else:  # not a JSON value: cannot happen for parsed ground truth
+            return False
+    return True
+
+
+def _as_list(x: Any) -> Any:
+    """A returned tuple counts as a list (LiveCodeBench)."""
+    if type(x) is dict and x.get("$") == "tuple" and type(x.get("v")) is list:
+        return x["v"]
+    return x
+
+
+def canonical_return(expected: Any) -> bytes:
+    """The exact bytes the harness sends for a program that returns ``expected`` (used for the
+    fast path: equal bytes are equal values)."""
+    return json.dumps({"v": _plain_encoding(expected), "objs": []}, allow_nan=True).encode()
+
+
+def _plain_encoding(v: Any) -> Any:
+    if type(v) is dict:
+        return {"$": "dict", "v": [[k, _plain_encoding(x)] for k, x in v.items()]}
+    if type(v) is list:
+        return [_plain_encoding(x) for x in v]
+    if type(v) is int and not -(1 << 1000) < v < (1 << 1000):
+        return {"$": "int", "v": format(v, "x")}
+    return v
+
+
+def compare_return(blob: bytes, expected: Any, taco: bool) -> tuple[bool, str]:
+    """Task: ``(ok, message)`` for one call-based test. With TACO-style outputs (JSON values,
+    not strings) ``expected[0]`` is accepted too, as TACO's checker does."""
+    try:
+        msg = json.loads(blob)
+        got = _as_list(msg["v"])
+    except (ValueError, TypeError, KeyError, RecursionError):
+        return False, "unreadable return value"
+    if _encoded_equal(got, expected):
+        return True, ""
+    if taco and type(expected) is list and expected and _encoded_equal(got, expected[0]):
+        return True, ""
+    return False, f"wrong answer (expected {short(expected)}, got {describe_encoded(got)})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounded descriptions.
+
+
+class _Budget(Exception):
+    pass
+
+
+class _Writer:
+    def __init__(self, limit: int):
+        self.parts: list[str] = []
+        self.left = limit
+
+    def put(self, s: str) -> None:
+        if len(s) > self.left:
+            self.parts.append(s[: self.left])
+            self.left = 0
+            raise _Budget
+        self.parts.append(s)
+        self.left -= len(s)
+
+    def text(self, limit: int) -> str:
+        s = "".join(self.parts)
+        return s if self.left > 0 or len(s) < limit else s[: limit - 3] + "..."
+
+
+def _int_text(n: int) -> str:
+    if -(10**30) < n < 10**30:
+        return str(n)
+    digits = int(abs(n).bit_length() * math.log10(2)) + 1
+    return f"<{'-' if n < 0 else ''}integer of about {digits} digits>"
+
+
+def short(v: Any, n: int = SHORT) -> str:
+    """A description of a plain value (expected outputs, stdout text) in at most ``n``
+    characters, in time proportional to ``n`` (strings are cut before ``repr``)."""
+    return _describe(v, n, encoded=False)
+
+
+def describe_encoded(x: Any, n: int = SHORT) -> str:
+    """A description of an encoded program value in at most ``n`` characters, without
+    decoding it (its integers may be huge, its sets hash-flooded, its nesting deep)."""
+    return _describe(x, n, encoded=True)
+
+
+class _Lit:
+    __slots__ = ("s",)
+
+    def __init__(self, s: str):
+        self.s = s
+
+
+_OPEN = {"tuple": ("(", ")"), "set": ("{", "}"), "frozenset": ("frozenset({", "})"),
+         "deque": ("deque([", "])")}
+
+
+def _describe(v: Any, n: int, encoded: bool) -> str:
+    """Walk ``v`` (iteratively, depth-first) writing at most ``n`` characters. ``encoded``:
+    dicts are the harness's tagged values rather than plain dicts."""
+    w = _Writer(n + 1)
+    stack: list[Any] = [v]
+    try:
+        while stack:
+            x = stack.pop()
+            if isinstance(x, _Lit):
+                w.put(x.s)
+            elif type(x) is list:
+                _push_seq(stack, x, "[", "]", w)
+            elif type(x) is dict and encoded:
+                _describe_tagged(x, stack, w)
+            elif type(x) is dict:
+                _push_pairs(stack, list(x.items())[: w.left], w)
+            elif type(x) is str:
+                w.put(repr(x[: w.left + 1]))
+            elif type(x) is int:
+                w.put(_int_text(x))
+            elif type(x) in (bool, float) or x is None:
+                w.put(repr(x))
+            else:
+                w.put(f"<{type(x).__name__}>")
+    except _Budget:
+        pass
+    return w.text(n)
+
+
+def _describe_tagged(x: dict, stack: list, w: _Writer) -> None:
+    tag, val = x.get("$"), x.get("v")
+    if tag in _OPEN and type(val) is list:
+        _push_seq(stack, val, *_OPEN[tag], w)
+    elif tag == "dict" and type(val) is list:
+        pairs = [p for p in val[: w.left] if type(p) is list and len(p) == 2]
+        _push_pairs(stack, pairs, w)
+    elif tag == "int":
+        num = _number(x)
+        w.put("<bad int>" if num is None else _int_text(num))
+    elif tag in ("bytes", "bytearray") and type(val) is str:
+        w.put(f"{tag}({val[: w.left + 1]!r})")
+    elif tag == "complex" and type(val) is list and len(val) == 2:
+        w.put(f"complex({short(val[0], 20)}, {short(val[1], 20)})")
+    elif tag in ("obj", "ref", "opaque"):
+        w.put(f"<{str(x.get('t', 'object'))[:40]} object>")
+    else:
+        w.put("<unreadable>")
+
+
+def _push_pairs(stack: list, pairs: list, w: _Writer) -> None:
+    stack.append(_Lit("}"))
+    for i, (k, item) in enumerate(reversed(pairs)):
+        stack += [item, _Lit(": "), k]
+        if i < len(pairs) - 1:
+            stack.append(_Lit(", "))
+    w.put("{")
+
+
+def _push_seq(stack: list, seq: list, open_: str, close: str, w: _Writer) -> None:
+    stack.append(_Lit(close))
+    part = seq[: w.left]
+    for i, item in enumerate(reversed(part)):
+        stack.append(item)
+        if i < len(part) - 1:
+            stack.append(_Lit(", "))
+    w.put(open_)
