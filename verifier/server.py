@@ -497,6 +497,10 @@ def create_server(
 
 def serve(config: ServeConfig) -> None:
     """``verifier serve``: run until SIGTERM or SIGINT, then drain and return."""
+    # The parent is read before anything else: the "listening" line below tells the parent we
+    # are up, and a parent killed right after reading it must still be noticed (read later,
+    # getppid() would already be the reaper's pid and never change).
+    parent = os.getppid()
     host = f"[{config.host}]" if ":" in config.host else config.host
     server, port = create_server(f"{host}:{config.port}", config)
     log.info("verifier listening", extra={
@@ -518,7 +522,6 @@ def serve(config: ServeConfig) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     if config.exit_with_parent:
-        parent = os.getppid()
 
         def watch_parent() -> None:
             # A dead parent re-parents us (to init or a subreaper): getppid() changes.
