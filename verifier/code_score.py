@@ -77,6 +77,7 @@ from .output_compare import (
     stdout_identical,
 )
 from .pool import DeadlineExceeded, TaskFailed
+from .profiles import PROFILE_TABLE, Profile
 
 # Runs fn(*args) within deadline_s seconds (raising DeadlineExceeded, TaskFailed or WorkerDied).
 RunBounded = Callable[[Callable[..., Any], tuple, float], Any]
@@ -87,6 +88,7 @@ MAX_ITEM_TIMEOUT_S = 60.0
 ITEM_SLACK_S = 3.0
 PROGRAM_OUTPUT_BYTES = 8 * 1024 * 1024  # per test: more is OUTPUT_LIMIT
 MIN_COMPARE_S = 1.0  # the least time a comparison gets, even at the end of an item's time
+DEFAULT_PROFILE = PROFILE_TABLE["default"]
 MAX_PROGRAM_CHARS = 512 * 1024
 HARNESS_FILE = "judge_harness.py"
 PYTHON_FLAGS = ("-I", "-S")  # isolated, no site (2 ms); the harness defines exit()/quit() itself
@@ -573,12 +575,14 @@ def score_code(
     limits: Limits,
     sandbox: Sandbox,
     run_bounded: RunBounded = run_inline,
+    profile: Profile = DEFAULT_PROFILE,
 ) -> Outcome:
-    """Score one code item. See the module docstring. ``run_bounded(fn, args, deadline_s)``
-    runs the comparison of a program's output with the expected one (the scorer passes its
-    worker pool: a deadline, and off the server's threads)."""
+    """Score one code item under ``profile``'s rules. See the module docstring.
+    ``run_bounded(fn, args, deadline_s)`` runs the comparison of a program's output with the
+    expected one (the scorer passes its worker pool: a deadline, and off the server's
+    threads)."""
     try:
-        return _score(response, ground_truth, limits or Limits(), sandbox, run_bounded)
+        return _score(response, ground_truth, limits or Limits(), sandbox, run_bounded, profile)
     except Exception as e:  # a bug here must not crash the batch; it is not the program's fault
         return Outcome(
             Status.SANDBOX_ERROR, f"internal error while judging: {type(e).__name__}: {e}"
@@ -586,7 +590,12 @@ def score_code(
 
 
 def _score(
-    response: str, ground_truth: Any, limits: Limits, sandbox: Sandbox, run_bounded: RunBounded
+    response: str,
+    ground_truth: Any,
+    limits: Limits,
+    sandbox: Sandbox,
+    run_bounded: RunBounded,
+    profile: Profile,
 ) -> Outcome:
     try:
         spec = parse_ground_truth(ground_truth)

@@ -70,6 +70,7 @@ def item_from_proto(msg: pb.Item) -> Item | tuple[str, Outcome]:
         ground_truth=ground_truth,
         data_source=msg.data_source,
         limits=limits_from_proto(lim),
+        profile=msg.profile,
     )
 
 
@@ -95,6 +96,7 @@ def item_to_proto(item: Item | dict[str, Any]) -> pb.Item:
         ground_truth_json=gt_json,
         data_source=item.data_source,
         limits=limits_to_proto(item.limits),
+        profile=item.profile,
     )
 
 
@@ -109,8 +111,12 @@ def _wire_item(obj: dict[str, Any]) -> Item:
         limits = limits_from_dict(obj.get("limits") or {})
     except VerifierError as e:
         raise VerifierError(f"item {item_id!r}: {e}", "invalid_argument") from None
+    profile = obj.get("profile") or ""
+    if not isinstance(profile, str):
+        raise VerifierError(f"item {item_id!r}: 'profile' must be a string", "invalid_argument")
     return Item(id=str(item_id), domain=obj.get("domain"), response=obj.get("response"),  # type: ignore[arg-type]
-                ground_truth=obj.get("ground_truth"), data_source=data_source, limits=limits)
+                ground_truth=obj.get("ground_truth"), data_source=data_source, limits=limits,
+                profile=profile)
 
 
 def encode_item(item: Item | dict[str, Any]) -> pb.Item | Result:
@@ -134,6 +140,7 @@ def result_to_proto(result: Result) -> pb.Result:
         detail=result.detail,
         elapsed_ms=result.elapsed_ms,
         data_source=result.data_source,
+        profile=result.profile,
     )
 
 
@@ -148,4 +155,5 @@ def result_from_proto(msg: pb.Result) -> Result:
         detail=msg.detail,
         elapsed_ms=msg.elapsed_ms,
         data_source=msg.data_source,
+        profile=msg.profile,
     )

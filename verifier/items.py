@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 DOMAINS = ("math", "code")
+PROFILES = ("default", "lcb", "skywork")
+"""Judging profiles: whose rules an item is judged by (verifier/profiles.py). "default" is this
+project's; "lcb" reproduces LiveCodeBench's judge; "skywork" the released Skywork-OR1 reward."""
 
 # Size caps on what one item may carry. Chosen generously: a 32K-token response is ~130 KB of
 # text, and a Skywork code row's tests are ~105 KB on average (a few MB at most).
@@ -84,6 +87,8 @@ class Item:
     ground_truth: Any
     data_source: str = ""
     limits: Limits = field(default_factory=Limits)
+    profile: str = ""
+    """Judging profile (one of PROFILES), or "" for the server's default."""
 
 
 @dataclass
@@ -113,6 +118,8 @@ class Result:
     detail: str = ""
     elapsed_ms: float = 0.0
     data_source: str = ""
+    profile: str = ""
+    """The judging profile the item was judged under ("" when it never reached a scorer)."""
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -121,7 +128,13 @@ class Result:
 
     @classmethod
     def from_outcome(
-        cls, item_id: str, outcome: Outcome, limits: Limits, elapsed_ms: float, data_source: str = ""
+        cls,
+        item_id: str,
+        outcome: Outcome,
+        limits: Limits,
+        elapsed_ms: float,
+        data_source: str = "",
+        profile: str = "",
     ) -> "Result":
         return cls(
             id=item_id,
@@ -133,6 +146,7 @@ class Result:
             detail=outcome.detail,
             elapsed_ms=elapsed_ms,
             data_source=data_source,
+            profile=profile,
         )
 
 
@@ -208,6 +222,8 @@ def validate_item(item: Item) -> Outcome | None:
         return invalid(f"'id' longer than {MAX_ID_CHARS} characters")
     if item.domain not in DOMAINS:
         return invalid(f"unknown domain {item.domain!r}; expected one of {', '.join(DOMAINS)}")
+    if item.profile and item.profile not in PROFILES:
+        return invalid(f"unknown profile {item.profile!r}; expected one of {', '.join(PROFILES)}")
     if not isinstance(item.response, str):
         return invalid(f"'response' must be a string, got {type(item.response).__name__}")
     if len(item.response) > MAX_RESPONSE_CHARS:

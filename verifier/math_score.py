@@ -52,6 +52,7 @@ import time
 from typing import Any
 
 from verifier import extract
+from verifier.profiles import PROFILE_TABLE, Profile
 from verifier.items import (
     MAX_RESPONSE_CHARS,
     Limits,
@@ -81,14 +82,21 @@ CALL_TIMEOUT_S = 1
 DEFAULT_TIMEOUT_S = 5.0
 """Soft budget for one item when ``limits.timeout_s`` is unset (the service's math default)."""
 _DETAIL_CHARS = 60
+DEFAULT_PROFILE = PROFILE_TABLE["default"]
 
 
 # --------------------------------------------------------------------------------------------
 # public API
 
 
-def score_math(response: str, ground_truth: Any, limits: Limits) -> Outcome:
-    """Score one math item (DESIGN.md 5). Never raises for bad input: INVALID_INPUT instead."""
+def score_math(
+    response: str, ground_truth: Any, limits: Limits, profile: Profile = DEFAULT_PROFILE
+) -> Outcome:
+    """Score one math item (DESIGN.md 5) under ``profile``'s extraction rule. Never raises for
+    bad input: INVALID_INPUT instead."""
+    budget = getattr(limits, "timeout_s", None) or DEFAULT_TIMEOUT_S
+    if profile.math_extraction == "skywork":
+        return _score_released(response, ground_truth, time.monotonic() + budget)
     prepared = _prepare(response, ground_truth)
     if isinstance(prepared, Outcome):
         return prepared
@@ -96,17 +104,21 @@ def score_math(response: str, ground_truth: Any, limits: Limits) -> Outcome:
     quick = _integer_verdict(answer, golds)
     if quick is not None:
         return quick
-    budget = getattr(limits, "timeout_s", None) or DEFAULT_TIMEOUT_S
-    deadline = time.monotonic() + budget
-    return _judge(answer, golds, deadline)
+    return _judge(answer, golds, time.monotonic() + budget)
 
 
-def quick_verdict(response: str, ground_truth: Any) -> Outcome | None:
+def quick_verdict(
+    response: str, ground_truth: Any, profile: Profile = DEFAULT_PROFILE
+) -> Outcome | None:
     """score_math's verdict when it needs no sympy, else None: bad input (INVALID_INPUT), no
     answer (NO_ANSWER), or an answer and acceptable golds that are all plain integers (AIME
     style), compared as integers. The same code as score_math's first steps, so the same
     verdict; cheap and bounded (no parser), so the service runs it inline, sparing the item
-    a round trip through a worker process."""
+    a round trip through a worker process. (Under the "skywork" extraction, math-verify reads
+    the whole response: only a bad ground truth is decided here.)"""
+    if profile.math_extraction == "skywork":
+        golds = _gold_answers(ground_truth)
+        return golds if isinstance(golds, Outcome) else None
     prepared = _prepare(response, ground_truth)
     if isinstance(prepared, Outcome):
         return prepared
@@ -244,6 +256,47 @@ def _judge(answer: str, golds: list[str], deadline: float) -> Outcome:
         if _equivalent(parsed_gold, parsed_answer, timeout_s):
             return Outcome(Status.CORRECT, _matches(answer, gold))
 
+    return _no_match(answer, golds)
+
+
+def _score_released(response: str, ground_truth: Any, deadline: float) -> Outcome:
+    """The released Skywork-OR1 math reward (the "skywork" profile; SkyworkAI/Skywork-OR1,
+    verl/utils/reward_score/livecodebench/compute_score.py at 849b51b,
+    ``math_verify_reward_function``): the text between the first ``</think>`` and the next one
+    (the whole response without one) goes to math-verify's default extraction (LaTeX and plain
+    expressions: "The answer is 42." counts, no ``\boxed`` needed); CORRECT when its extracted
+    string is one of the golds, or when math-verify calls it equivalent to ``\boxed{gold}``
+    for some gold. None of this project's fixes applies (factorial near-misses, ``\pm`` sets,
+    bomb checks): the worker's hard deadline bounds the work."""
+    from math_verify import parse, verify
+
+    golds = _gold_answers(ground_truth)
+    if isinstance(golds, Outcome):
+        return golds
+    if not isinstance(response, str):
+        return invalid(f"'response' must be a string, got {type(response).__name__}")
+    if len(response) > MAX_RESPONSE_CHARS:
+        return invalid(f"'response' has {len(response)} characters, over the cap of {MAX_RESPONSE_CHARS}")
+    region = response.split("</think>")[1] if "</think>" in response else response
+    timeout_s = CALL_TIMEOUT_S * 5 if threading.current_thread() is threading.main_thread() else 0
+    try:
+        parsed = parse(region, parsing_timeout=timeout_s)
+    except Exception as e:  # noqa: BLE001 - the release scores any parse failure as 0
+        return Outcome(Status.NO_ANSWER, f"math-verify could not parse the answer: {type(e).__name__}")
+    if len(parsed) < 2:
+        return Outcome(Status.NO_ANSWER, "math-verify extracted no answer after the reasoning")
+    answer = parsed[1]
+    if answer in golds:
+        return Outcome(Status.CORRECT, _matches(answer, answer))
+    for gold in golds:
+        if time.monotonic() > deadline:
+            return Outcome(Status.TIMEOUT, "math scoring ran past its time budget")
+        try:
+            if verify(parse(f"\\boxed{{{gold}}}", parsing_timeout=timeout_s), parsed,
+                      timeout_seconds=timeout_s):
+                return Outcome(Status.CORRECT, _matches(answer, gold))
+        except Exception:  # noqa: BLE001 - as released: a failed comparison is no match
+            continue
     return _no_match(answer, golds)
 
 

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Literal
 from verifier.items import Item, Limits, Outcome, Result, Status, VerifierError, validate_item
 from verifier.math_score import quick_verdict
 from verifier.pool import DeadlineExceeded, DeadlinePool, TaskFailed, WorkerDied
+from verifier.profiles import Profile, ProfileName, get_profile
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,10 @@ class ScoringConfig:
     RESOURCE_EXHAUSTED and a stream waits (backpressure). Bounds server memory."""
     worker_memory_mb: int = 2048
     """Address-space limit of each math worker process, MiB; a bigger answer is MEMORY_LIMIT."""
+    profile: ProfileName = "default"
+    """The judging profile of items that name none: "default" (this project's rules), "lcb"
+    (LiveCodeBench's judge) or "skywork" (the released Skywork-OR1 reward). See README.md's
+    table of profiles."""
 
 
 def _preload_modules() -> tuple[str, ...]:
@@ -56,10 +61,10 @@ def _preload_modules() -> tuple[str, ...]:
     return ("verifier.math_worker", "verifier.output_compare")
 
 
-def _math_task(response: str, ground_truth: Any, limits: Limits) -> Outcome:
+def _math_task(response: str, ground_truth: Any, limits: Limits, profile: str) -> Outcome:
     from verifier.math_score import score_math
 
-    return score_math(response, ground_truth, limits)
+    return score_math(response, ground_truth, limits, get_profile(profile))
 
 
 class Scorer:
@@ -105,9 +110,10 @@ class Scorer:
         problem = validate_item(item) or self._check_limits(item.limits)
         if problem is not None:
             return _done(Result.from_outcome(item.id, problem, item.limits, 0.0, item.data_source))
+        profile = get_profile(item.profile, self.config.profile)
         if item.domain == "math":
-            return self._submit_math(item, start, block_s)
-        return self._submit_code(item, start, block_s)
+            return self._submit_math(item, profile, start, block_s)
+        return self._submit_code(item, profile, start, block_s)
 
     def score(self, items: Iterable[Item | tuple[str, Outcome]]) -> list[Result]:
         """Score a batch in order (blocking; waits for queue room instead of failing)."""
@@ -162,16 +168,19 @@ class Scorer:
             )
         return None
 
-    def _submit_math(self, item: Item, start: float, block_s: float) -> Future:
+    def _submit_math(self, item: Item, profile: Profile, start: float, block_s: float) -> Future:
         limits = item.limits.with_defaults(timeout_s=self.config.math_timeout_s)
         # Items that need no sympy (no answer, bad gold, integer vs integer: most RL math) are
         # judged here, by the same code score_math starts with: it is bounded and parser-free,
         # so it is safe on this thread, and it spares the item a worker round trip.
-        quick = quick_verdict(item.response, item.ground_truth)
+        quick = quick_verdict(item.response, item.ground_truth, profile)
         if quick is not None:
-            return _done(_result(item, quick, limits, start))
+            return _done(_result(item, quick, limits, start, profile))
         inner = self._pool.submit(
-            _math_task, (item.response, item.ground_truth, limits), limits.timeout_s, block_s
+            _math_task,
+            (item.response, item.ground_truth, limits, profile.name),
+            limits.timeout_s,
+            block_s,
         )
         out: Future = Future()
 
@@ -194,14 +203,14 @@ class Scorer:
                 outcome = Outcome(Status.INTERNAL_ERROR, str(e))
             except Exception as e:  # noqa: BLE001 - one result per item, whatever happened
                 outcome = Outcome(Status.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
-            out.set_result(_result(item, outcome, limits, start))
+            out.set_result(_result(item, outcome, limits, start, profile))
 
         # Cancelling the outer future (an RPC that went away) cancels the queued inner task.
         out.add_done_callback(lambda f: inner.cancel() if f.cancelled() else None)
         inner.add_done_callback(finish)
         return out
 
-    def _submit_code(self, item: Item, start: float, block_s: float) -> Future:
+    def _submit_code(self, item: Item, profile: Profile, start: float, block_s: float) -> Future:
         if self.sandbox is None:
             return _done(
                 _result(
@@ -209,6 +218,7 @@ class Scorer:
                     Outcome(Status.SANDBOX_ERROR, f"no sandbox: {self.sandbox_problem}"),
                     item.limits,
                     start,
+                    profile,
                 )
             )
         if block_s > 0:
@@ -227,22 +237,31 @@ class Scorer:
 
             try:
                 outcome = score_code(
-                    item.response, item.ground_truth, item.limits, sandbox, self._run_compare
+                    item.response,
+                    item.ground_truth,
+                    item.limits,
+                    sandbox,
+                    self._run_compare,
+                    profile,
                 )
             except Exception as e:  # noqa: BLE001 - score_code should not raise; if it does,
                 # the item says so instead of the whole batch failing.
                 log.exception("code scorer failed", extra={"item_id": item.id})
                 outcome = Outcome(Status.INTERNAL_ERROR, f"code scorer failed: {type(e).__name__}: {e}")
-            return _result(item, outcome, item.limits, start)
+            return _result(item, outcome, item.limits, start, profile)
 
         fut = self._code_threads.submit(run)
         fut.add_done_callback(lambda _f: self._code_slots.release())
         return fut
 
 
-def _result(item: Item, outcome: Outcome, limits: Limits, start: float) -> Result:
+def _result(
+    item: Item, outcome: Outcome, limits: Limits, start: float, profile: Profile
+) -> Result:
     elapsed_ms = (time.monotonic() - start) * 1000.0
-    return Result.from_outcome(item.id, outcome, limits, elapsed_ms, item.data_source)
+    return Result.from_outcome(
+        item.id, outcome, limits, elapsed_ms, item.data_source, profile.name
+    )
 
 
 def _done(result: Result) -> Future:

@@ -58,23 +58,25 @@ class Limits(_message.Message):
     def __init__(self, timeout_s: _Optional[float] = ..., test_timeout_s: _Optional[float] = ..., memory_mb: _Optional[int] = ..., run_all_tests: _Optional[bool] = ..., reward_mode: _Optional[_Union[RewardMode, str]] = ...) -> None: ...
 
 class Item(_message.Message):
-    __slots__ = ("id", "domain", "response", "ground_truth_json", "data_source", "limits")
+    __slots__ = ("id", "domain", "response", "ground_truth_json", "data_source", "limits", "profile")
     ID_FIELD_NUMBER: _ClassVar[int]
     DOMAIN_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
     GROUND_TRUTH_JSON_FIELD_NUMBER: _ClassVar[int]
     DATA_SOURCE_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
     id: str
     domain: str
     response: str
     ground_truth_json: str
     data_source: str
     limits: Limits
-    def __init__(self, id: _Optional[str] = ..., domain: _Optional[str] = ..., response: _Optional[str] = ..., ground_truth_json: _Optional[str] = ..., data_source: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ...) -> None: ...
+    profile: str
+    def __init__(self, id: _Optional[str] = ..., domain: _Optional[str] = ..., response: _Optional[str] = ..., ground_truth_json: _Optional[str] = ..., data_source: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., profile: _Optional[str] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("id", "reward", "correct", "status", "passed", "total", "detail", "elapsed_ms", "data_source")
+    __slots__ = ("id", "reward", "correct", "status", "passed", "total", "detail", "elapsed_ms", "data_source", "profile")
     ID_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
     CORRECT_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +86,7 @@ class Result(_message.Message):
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_MS_FIELD_NUMBER: _ClassVar[int]
     DATA_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
     id: str
     reward: float
     correct: bool
@@ -93,7 +96,8 @@ class Result(_message.Message):
     detail: str
     elapsed_ms: float
     data_source: str
-    def __init__(self, id: _Optional[str] = ..., reward: _Optional[float] = ..., correct: _Optional[bool] = ..., status: _Optional[_Union[Status, str]] = ..., passed: _Optional[int] = ..., total: _Optional[int] = ..., detail: _Optional[str] = ..., elapsed_ms: _Optional[float] = ..., data_source: _Optional[str] = ...) -> None: ...
+    profile: str
+    def __init__(self, id: _Optional[str] = ..., reward: _Optional[float] = ..., correct: _Optional[bool] = ..., status: _Optional[_Union[Status, str]] = ..., passed: _Optional[int] = ..., total: _Optional[int] = ..., detail: _Optional[str] = ..., elapsed_ms: _Optional[float] = ..., data_source: _Optional[str] = ..., profile: _Optional[str] = ...) -> None: ...
 
 class ScoreRequest(_message.Message):
     __slots__ = ("items",)

@@ -1,0 +1,130 @@
+"""Judging profiles: whose rules an item is judged by.
+
+A reward, or a benchmark number, is only comparable with others when it is judged by the same
+rules as theirs. A profile reproduces one reference judge's program environment and rules on
+top of this project's sandbox (isolation is never relaxed: where a reference has no memory
+limit, the profile's is generous, and configurable per item).
+
+- ``default``: this project's rules (the verifier's docstrings; a 6 s test limit, a whole-sample
+  budget of min(6n + 3, 60) s, 1 GiB, the last python block after the last ``</think>``,
+  ``\\boxed{}`` required for math).
+- ``lcb``: LiveCodeBench's judge (LiveCodeBench/LiveCodeBench, ``lcb_runner/evaluation/
+  testing_util.py``, ``import_string`` and ``grade_stdio``/``grade_call_based`` at 15808c7;
+  ``compute_code_generation_metrics.py`` ``check_correctness`` for the sample budget;
+  ``lcb_runner/utils/extraction_utils.py`` ``extract_code`` for the code block).
+- ``skywork``: the released Skywork-OR1 reward (SkyworkAI/Skywork-OR1,
+  ``verl/utils/reward_score/livecodebench/compute_score.py`` at 849b51b: ``IMPORT_PROMPT``,
+  ``math_verify_reward_function``, the 2 s units of assert and LeetCode tests; stdin and
+  functional problems go through LiveCodeBench's judge, so they follow ``lcb``).
+
+The rules are data here; ``verifier/code_score.py``, the harness and ``verifier/math_score.py``
+apply them. README.md has the side-by-side table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from verifier.items import PROFILES
+
+ProfileName = Literal["default", "lcb", "skywork"]
+
+# LiveCodeBench's preamble, run before every program (testing_util.py, ``import_string``).
+LCB_PREAMBLE = (
+    "from string import *\nfrom re import *\nfrom datetime import *\nfrom collections import *\n"
+    "from heapq import *\nfrom bisect import *\nfrom copy import *\nfrom math import *\n"
+    "from random import *\nfrom statistics import *\nfrom itertools import *\n"
+    "from functools import *\nfrom operator import *\nfrom io import *\nfrom sys import *\n"
+    "from json import *\nfrom builtins import *\nfrom typing import *\nimport string\nimport re\n"
+    "import datetime\nimport collections\nimport heapq\nimport bisect\nimport copy\nimport math\n"
+    "import random\nimport statistics\nimport itertools\nimport functools\nimport operator\n"
+    "import io\nimport sys\nimport json\nsys.setrecursionlimit(50000)\n"
+)
+
+# Skywork-OR1's import prompt, prepended to programs judged by assert cases (compute_score.py,
+# ``IMPORT_PROMPT``).
+SKYWORK_ASSERT_PREAMBLE = (
+    "from typing import *\n\nfrom functools import *\nfrom collections import *\n"
+    "from itertools import *\nfrom heapq import *\nfrom bisect import *\nfrom string import *\n"
+    "from operator import *\nfrom math import *\nimport math\nimport datetime\n"
+    "inf = float('inf')\n\n"
+)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One judge's rules. Times in seconds, memory in MiB."""
+
+    name: str
+    # -- code ---------------------------------------------------------------------------------
+    preamble: str = ""
+    """Source run in the program's namespace before the program (stdin, call-based and
+    LeetCode-style programs)."""
+    assert_preamble: str = ""
+    """Source run before a program judged by assert cases."""
+    int_max_str_digits: int | None = None
+    """``sys.set_int_max_str_digits`` for the program (None: Python's default, 4,300)."""
+    stdio_exit_ok: bool = False
+    """stdin/stdout programs: a ``SystemExit`` with any status ends the program and its output
+    is compared (LiveCodeBench swallows it); else a non-zero status is RUNTIME_ERROR."""
+    test_timeout_s: float = 6.0
+    """Time limit of one test (a stdin/stdout or call-based test case)."""
+    unit_timeout_s: float | None = None
+    """Time limit of one assert or LeetCode-style unit (None: ``test_timeout_s``)."""
+    sample_budget: Literal["default", "lcb"] = "default"
+    """The whole sample's time: "default" min(n x test + 3, 60) s; "lcb" (test + 1) x n + 5 s,
+    capped only by the server's maximum."""
+    memory_mb: int = 1024
+    """The program's address-space limit unless the item asks for another."""
+    numpy: bool = False
+    """numpy importable by the program (a read-only mount of an environment holding numpy
+    alone), and numpy scalars returned compared as the plain numbers they stand for."""
+    code_extraction: Literal["default", "lcb", "skywork"] = "default"
+    """"default": the last python/py/python3/untagged fenced block after the last
+    ``</think>``; "lcb": the lines between the last two lines that hold a fence, in the whole
+    response; "skywork": the last block opened by exactly ```` ```python\\n```` after the first
+    ``</think>`` (up to the next one)."""
+    # -- math ---------------------------------------------------------------------------------
+    math_extraction: Literal["default", "skywork"] = "default"
+    """"default": the last ``\\boxed{}`` after the last ``</think>``; "skywork": math-verify's
+    own extraction (LaTeX and plain expressions, no ``\\boxed`` needed) on the text after the
+    first ``</think>``."""
+
+
+PROFILE_TABLE: dict[str, Profile] = {
+    "default": Profile("default"),
+    "lcb": Profile(
+        "lcb",
+        preamble=LCB_PREAMBLE,
+        assert_preamble=LCB_PREAMBLE,
+        int_max_str_digits=50_000,
+        stdio_exit_ok=True,
+        test_timeout_s=6.0,
+        sample_budget="lcb",
+        memory_mb=4096,
+        numpy=True,
+        code_extraction="lcb",
+    ),
+    "skywork": Profile(
+        "skywork",
+        preamble=LCB_PREAMBLE,
+        assert_preamble=SKYWORK_ASSERT_PREAMBLE,
+        int_max_str_digits=50_000,
+        stdio_exit_ok=True,
+        test_timeout_s=6.0,
+        unit_timeout_s=2.0,
+        sample_budget="lcb",
+        memory_mb=4096,
+        numpy=True,
+        code_extraction="skywork",
+        math_extraction="skywork",
+    ),
+}
+assert tuple(PROFILE_TABLE) == PROFILES
+
+
+def get_profile(name: str, default: str = "default") -> Profile:
+    """The profile called ``name`` ("" = ``default``). KeyError for an unknown one (items are
+    validated before they get here)."""
+    return PROFILE_TABLE[name or default]
