@@ -49,7 +49,8 @@ def create_sandbox(
 ) -> Sandbox:
     """Build a sandbox backend and run its self-test (unless ``self_test=False``).
 
-    Options: nsjail: ``binary``, ``config``, ``python``, ``cgroup`` ("auto"/"v2"/"v1"/"off");
+    Options: nsjail: ``binary``, ``config``, ``python``, ``cgroup`` ("auto"/"v2"/"v1"/"off"),
+    ``packages`` (a directory of extra importable packages, default ``.sandbox-packages``);
     docker: ``image``, ``python``, ``base_url``, ``runtime``; unsafe-none: ``python``.
     Raises SandboxUnavailable (with the reason) when it cannot run programs safely here.
     """

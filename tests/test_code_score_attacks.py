@@ -1,8 +1,9 @@
-"""Bad input and attacks, one named test each (real nsjail). Every test asserts the verdict is not
-CORRECT (with the expected status where it is deterministic) and, through the ``after_attack``
-fixture, that no process of the sandbox's uid is left on the host and that the next normal
-item is judged CORRECT. Attacks are written so that *succeeding* at the attack would make the
-program print the expected answer: a verdict other than CORRECT means the attack failed."""
+"""Bad input and attacks, one named test each (real nsjail), each under every judging profile
+(default, lcb, skywork). Every test asserts the verdict is not CORRECT (with the expected status
+where it is deterministic) and, through the ``after_attack`` fixture, that no process of the
+sandbox's uid is left on the host and that the next normal item is judged CORRECT. Attacks are
+written so that *succeeding* at the attack would make the program print the expected answer: a
+verdict other than CORRECT means the attack failed."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import pytest
 from tests.conftest_sandbox import PROJECT_ROOT, after_attack, nsjail_sandbox, respond  # noqa: F401
 from sandbox import SandboxLimits
 from verifier.code_score import score_code
-from verifier.items import Limits, Status
+from verifier.items import PROFILES, Limits, Status
+from verifier.profiles import get_profile
 
 ONE = {"inputs": ["5\n"], "outputs": ["25\n"]}
 TWO = {"inputs": ["5\n", "6\n"], "outputs": ["25\n", "36\n"]}
@@ -23,9 +25,22 @@ EMPTY = {"inputs": ["5\n"], "outputs": [""]}
 SQUARE = "print(int(input()) ** 2)"
 
 
+PROFILE = get_profile("default")
+
+
+@pytest.fixture(autouse=True, params=PROFILES)
+def profile(request):
+    """Every attack runs under every judging profile (their preambles, recursion limits,
+    SystemExit rules and time budgets must not open a hole)."""
+    global PROFILE
+    PROFILE = get_profile(request.param)
+    yield PROFILE
+    PROFILE = get_profile("default")
+
+
 def attack(sb, code, gt=ONE, **limits):
     limits.setdefault("test_timeout_s", 1.5)
-    o = score_code(respond(code), gt, Limits(**limits), sb)
+    o = score_code(respond(code), gt, Limits(**limits), sb, profile=PROFILE)
     assert o.status is not Status.CORRECT, o
     return o
 
@@ -367,8 +382,13 @@ def test_forged_verdict_via_atexit_in_call_mode(after_attack):
 def test_raises_when_expected_output_is_empty(after_attack):
     o = attack(after_attack, "raise ValueError('boom')", gt=EMPTY)
     assert o.status is Status.RUNTIME_ERROR
-    o = attack(after_attack, "import sys\nsys.exit(2)", gt=EMPTY)
-    assert o.status is Status.RUNTIME_ERROR
+    if PROFILE.stdio_exit_ok:
+        # LiveCodeBench's judge swallows SystemExit and compares the output: empty is right.
+        o = score_code(respond("import sys\nsys.exit(2)"), EMPTY, Limits(), after_attack, profile=PROFILE)
+        assert o.status is Status.CORRECT
+    else:
+        o = attack(after_attack, "import sys\nsys.exit(2)", gt=EMPTY)
+        assert o.status is Status.RUNTIME_ERROR
 
 
 def test_rigged_eq_object(after_attack):

@@ -531,6 +531,25 @@ def test_trace_and_profile_hooks_are_refused(after_attack):
         assert o.status is Status.RUNTIME_ERROR, (install, o)
 
 
+def test_ctypes_c_module_cannot_write_memory(after_attack):
+    """ctypes' C module alone makes a callable from memmove's address (no audit event for the
+    call): importing it is refused, as if it were not installed."""
+    code = (
+        "import os\n"
+        "import _ctypes\n"
+        "class P(_ctypes._SimpleCData):\n"
+        "    _type_ = 'P'\n"
+        "class F(_ctypes.CFuncPtr):\n"
+        "    _flags_ = _ctypes.FUNCFLAG_CDECL\n"
+        "    _restype_ = P\n"
+        "    _argtypes_ = (P, P, P)\n"
+        "F(_ctypes._memmove_addr)(id(1), id(2), 1)\n"
+        "raise ValueError('boom')\n"
+    )
+    o = judged(after_attack, code, EMPTY)
+    assert o.status is Status.RUNTIME_ERROR and "_ctypes is not available" in o.detail
+
+
 def test_stop_iteration_from_the_tested_function_fails_the_assert(after_attack):
     code = "def f(x):\n    raise StopIteration\n"
     o = judged(after_attack, code, {"assert_case": ["assert all(map(f, [1, 2, 3]))"]})

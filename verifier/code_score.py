@@ -65,7 +65,7 @@ from typing import Any, Callable
 
 from sandbox import RunResult, Sandbox, SandboxLimits
 
-from .extract import after_think, last_code_block
+from .extract import after_think, last_code_block, lcb_code_block, skywork_code_block
 from .harness import harness as H
 from .harness import harness_source
 from .items import Limits, Outcome, Status, decode_ground_truth
@@ -89,6 +89,7 @@ ITEM_SLACK_S = 3.0
 PROGRAM_OUTPUT_BYTES = 8 * 1024 * 1024  # per test: more is OUTPUT_LIMIT
 MIN_COMPARE_S = 1.0  # the least time a comparison gets, even at the end of an item's time
 DEFAULT_PROFILE = PROFILE_TABLE["default"]
+MAX_PROFILE_ITEM_S = 300.0  # the longest whole-sample budget a profile's rule gives
 MAX_PROGRAM_CHARS = 512 * 1024
 HARNESS_FILE = "judge_harness.py"
 PYTHON_FLAGS = ("-I", "-S")  # isolated, no site (2 ms); the harness defines exit()/quit() itself
@@ -561,12 +562,32 @@ def _last_line(err: bytes) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def item_timeout(limits: Limits, n_tests: int) -> float:
-    """The whole item's deadline: ``limits.timeout_s``, else min(n x test limit + slack, 60 s)."""
+def item_timeout(
+    limits: Limits, n_tests: int, tt: float | None = None, budget: str = "default"
+) -> float:
+    """The whole item's deadline: ``limits.timeout_s``, else by the profile's sample budget:
+    "default" min(n x test limit + slack, 60 s); "lcb" (test limit + 1) x n + 5 s
+    (LiveCodeBench's ``check_correctness``), capped at MAX_PROFILE_ITEM_S (the server's
+    default maximum; Skywork caps at the same 300 s)."""
     if limits.timeout_s is not None:
         return float(limits.timeout_s)
-    tt = limits.test_timeout_s or DEFAULT_TEST_TIMEOUT_S
+    tt = tt or limits.test_timeout_s or DEFAULT_TEST_TIMEOUT_S
+    if budget == "lcb":
+        return min((tt + 1) * n_tests + 5, MAX_PROFILE_ITEM_S)
     return min(n_tests * tt + ITEM_SLACK_S, MAX_ITEM_TIMEOUT_S)
+
+
+def extract_program(response: str, profile: Profile) -> tuple[str | None, str]:
+    """The program in ``response`` by the profile's extraction rule, or (None, why not)."""
+    if profile.code_extraction == "lcb":
+        program = lcb_code_block(response)
+        return program, "no two lines holding a code fence"
+    if profile.code_extraction == "skywork":
+        return skywork_code_block(response), "no ```python block after the first </think>"
+    answer = after_think(response)
+    if answer is None:
+        return None, "the think block was never closed"
+    return last_code_block(answer), "no python code block after the think block"
 
 
 def score_code(
@@ -611,12 +632,9 @@ def _score(
         )
     if not isinstance(response, str):
         return Outcome(Status.INVALID_INPUT, "'response' must be a string", 0, total)
-    answer = after_think(response)
-    if answer is None:
-        return Outcome(Status.NO_ANSWER, "the think block was never closed", 0, total)
-    program = last_code_block(answer)
+    program, why_not = extract_program(response, profile)
     if program is None or not program.strip():
-        return Outcome(Status.NO_ANSWER, "no python code block after the think block", 0, total)
+        return Outcome(Status.NO_ANSWER, why_not, 0, total)
     if len(program) > MAX_PROGRAM_CHARS:
         return Outcome(
             Status.SYNTAX_ERROR, f"program longer than {MAX_PROGRAM_CHARS} characters", 0, total
@@ -626,15 +644,32 @@ def _score(
     except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as e:
         return Outcome(Status.SYNTAX_ERROR, f"{type(e).__name__}: {e}"[:500], 0, total)
 
-    tt = float(limits.test_timeout_s or DEFAULT_TEST_TIMEOUT_S)
-    memory_mb = int(limits.memory_mb or DEFAULT_MEMORY_MB)
-    timeout = item_timeout(limits, total)
+    unit_tt = profile.unit_timeout_s if spec.mode == "check" else None
+    tt = float(limits.test_timeout_s or unit_tt or profile.test_timeout_s)
+    memory_mb = int(limits.memory_mb or profile.memory_mb)
+    timeout = item_timeout(limits, total, tt, profile.sample_budget)
     stop_on_fail = not limits.run_all_tests
     oom_is_memory = getattr(sandbox, "cgroup_mode", "off") != "off" or sandbox.name == "docker"
+    is_asserts = spec.mode == "check" and spec.units.get("kind") == "asserts"
+    packages = getattr(sandbox, "packages_path", None)
+    if profile.numpy and not packages:
+        return Outcome(
+            Status.SANDBOX_ERROR,
+            f"the {profile.name!r} profile needs numpy in the sandbox, and sandbox "
+            f"{sandbox.name} has none (make setup installs it into .sandbox-packages)",
+            0,
+            total,
+        )
+    # The profile's preamble runs in the program's namespace before the program (and before
+    # the evaluator's test code: both see the same names, as in the reference judges).
+    preamble = profile.assert_preamble if is_asserts else profile.preamble
     cfg = {
         "mode": spec.mode,
         "source": program,
-        "prefix": spec.prefix,
+        "prefix": preamble + spec.prefix,
+        "int_digits": profile.int_max_str_digits,
+        "exit_ok": profile.stdio_exit_ok,
+        "sys_path": packages if profile.numpy else None,
         "test_timeout": tt,
         "memory_mb": memory_mb,
         "output_bytes": PROGRAM_OUTPUT_BYTES,

@@ -96,6 +96,40 @@ def code_blocks(text: str) -> list[tuple[str, str]]:
     return blocks
 
 
+def lcb_code_block(text: str) -> str | None:
+    """LiveCodeBench's extraction ("lcb" profile; lcb_runner/utils/extraction_utils.py,
+    ``extract_code``, at 15808c7): the lines strictly between the last two lines of the whole
+    response that hold a fence anywhere in them; None with fewer than two such lines."""
+    lines = text.split("\n")
+    fences = [i for i, line in enumerate(lines) if _FENCE in line]
+    if len(fences) < 2:
+        return None
+    return "\n".join(lines[fences[-2] + 1 : fences[-1]])
+
+
+_SKYWORK_OPEN = "```python\n"
+
+
+def skywork_code_block(text: str) -> str | None:
+    """The released Skywork-OR1 reward's extraction ("skywork" profile; compute_score.py at
+    849b51b): the text between the first ``</think>`` and the next one (the whole response
+    without one), then the last non-overlapping ```` ```python\n ... ``` ```` block (exactly that
+    tag), as ``re.findall(r"```python\n(.*?)```", text, re.DOTALL)[-1]`` finds it, in linear
+    time."""
+    if "</think>" in text:
+        text = text.split("</think>")[1]
+    found = None
+    pos = text.find(_SKYWORK_OPEN)
+    while pos >= 0:
+        start = pos + len(_SKYWORK_OPEN)
+        close = text.find(_FENCE, start)
+        if close < 0:
+            break  # no closing fence after this opening: none after a later one either
+        found = text[start:close]
+        pos = text.find(_SKYWORK_OPEN, close + 3)
+    return found
+
+
 def last_code_block(text: str, languages: tuple[str, ...] = ("python", "py", "python3", "")) -> str | None:
     """Body of the last fenced code block whose language tag is in ``languages`` (an untagged
     block counts when ``""`` is listed); None when there is none."""

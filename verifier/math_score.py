@@ -260,7 +260,7 @@ def _judge(answer: str, golds: list[str], deadline: float) -> Outcome:
 
 
 def _score_released(response: str, ground_truth: Any, deadline: float) -> Outcome:
-    """The released Skywork-OR1 math reward (the "skywork" profile; SkyworkAI/Skywork-OR1,
+    r"""The released Skywork-OR1 math reward (the "skywork" profile; SkyworkAI/Skywork-OR1,
     verl/utils/reward_score/livecodebench/compute_score.py at 849b51b,
     ``math_verify_reward_function``): the text between the first ``</think>`` and the next one
     (the whole response without one) goes to math-verify's default extraction (LaTeX and plain
