@@ -125,8 +125,9 @@ def quick_verdict(
     return _integer_verdict(*prepared)
 
 
-def _prepare(response: str, ground_truth: Any) -> tuple[str, list[str]] | Outcome:
-    """(answer, acceptable golds), or the Outcome that ends scoring early."""
+def _checked(response: str, ground_truth: Any) -> list[str] | Outcome:
+    """The acceptable golds once the response and the ground truth pass their checks, or the
+    INVALID_INPUT Outcome saying what is wrong."""
     golds = _gold_answers(ground_truth)
     if isinstance(golds, Outcome):
         return golds
@@ -134,7 +135,14 @@ def _prepare(response: str, ground_truth: Any) -> tuple[str, list[str]] | Outcom
         return invalid(f"'response' must be a string, got {type(response).__name__}")
     if len(response) > MAX_RESPONSE_CHARS:
         return invalid(f"'response' has {len(response)} characters, over the cap of {MAX_RESPONSE_CHARS}")
+    return golds
 
+
+def _prepare(response: str, ground_truth: Any) -> tuple[str, list[str]] | Outcome:
+    """(answer, acceptable golds), or the Outcome that ends scoring early."""
+    golds = _checked(response, ground_truth)
+    if isinstance(golds, Outcome):
+        return golds
     region = extract.after_think(response)
     if region is None:
         return Outcome(Status.NO_ANSWER, "response opened <think> and never closed it")
@@ -270,13 +278,9 @@ def _score_released(response: str, ground_truth: Any, deadline: float) -> Outcom
     bomb checks): the worker's hard deadline bounds the work."""
     from math_verify import parse, verify
 
-    golds = _gold_answers(ground_truth)
+    golds = _checked(response, ground_truth)
     if isinstance(golds, Outcome):
         return golds
-    if not isinstance(response, str):
-        return invalid(f"'response' must be a string, got {type(response).__name__}")
-    if len(response) > MAX_RESPONSE_CHARS:
-        return invalid(f"'response' has {len(response)} characters, over the cap of {MAX_RESPONSE_CHARS}")
     region = response.split("</think>")[1] if "</think>" in response else response
     timeout_s = CALL_TIMEOUT_S * 5 if threading.current_thread() is threading.main_thread() else 0
     try:
