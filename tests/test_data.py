@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from trainer.data import (DEFAULT_SUFFIX, LCB_REPORT_WINDOW, DataError, decode_lcb_tests,
-                          in_window, lcb_prompt, load_dataset, load_problems, model_difficulty,
-                          select_by_difficulty)
+                          default_lcb_style, in_window, lcb_prompt, lcb_r1_prompt, load_dataset,
+                          load_problems, model_difficulty, select_by_difficulty)
 
 ROOT = Path(__file__).resolve().parents[1]
 AIME = ROOT.parent / "shared" / "data" / "eval"
@@ -150,6 +150,47 @@ def test_lcb_prompt_follows_livecodebench() -> None:
         "within delimiters as follows. Ensure that when the python program runs, it reads the "
         "inputs, runs the algorithm and writes output to STDOUT.\n```python\n# YOUR CODE HERE\n"
         "```\n\n### Answer: (use the provided format with backticks)\n\n")
+
+
+def test_lcb_deepseek_r1_prompt_and_style() -> None:
+    from trainer.hf_utils import problem_prompt_ids
+    from trainer.tiny import build_tokenizer
+
+    head = ("<｜begin▁of▁sentence｜>A conversation between User and Assistant. The user asks a "
+            "question, and the Assistant solves it. The assistant first thinks about the "
+            "reasoning process in the mind and then provides the user with the answer. The "
+            "reasoning process and answer are enclosed within <think> </think> and <answer> "
+            "</answer> tags, respectively, i.e., <think> reasoning process here </think> "
+            "<answer> answer here </answer>.<｜User｜>You will be given a question (problem "
+            "specification) and will generate a correct Python program that matches the "
+            "specification and passes all tests.\n\nQuestion: Add.\n\n")
+    assert lcb_r1_prompt("Add.", "class Solution:\n    def f(self):\n        ") == (
+        head + "You will use the following starter code to write the solution to the problem "
+        "and enclose your code within delimiters.\n```python\nclass Solution:\n    def "
+        "f(self):\n        \n```\n\n<｜Assistant｜>")
+    assert lcb_r1_prompt("Add.") == (
+        head + "Read the inputs from stdin solve the problem and write the answer to stdout (do "
+        "not directly test on the sample inputs). Enclose your code within delimiters as "
+        "follows. Ensure that when the python program runs, it reads the inputs, runs the "
+        "algorithm and writes output to STDOUT.\n```python\n# YOUR CODE HERE\n```\n\n"
+        "<｜Assistant｜>")
+    # LiveCodeBench's choice per model (lcb_runner/lm_styles.py)
+    assert default_lcb_style("/ckpt/DeepSeek-R1-Distill-Qwen-7B") == "deepseek-r1"
+    assert default_lcb_style("Skywork-OR1-7B") == "generic"
+    r1 = load_dataset([FIX / "lcb_release.jsonl"], lcb_style="deepseek-r1").problems
+    generic = load_dataset([FIX / "lcb_release.jsonl"]).problems
+    assert [p.raw_prompt for p in generic] == [None, None]
+    assert r1[1].raw_prompt == lcb_r1_prompt(
+        r1[1].messages[0]["content"].split("### Question:\n")[1].split("\n\n### Format")[0],
+        "class Solution:\n    def addTwo(self, a: int, b: int) -> int:\n        ")
+    assert r1[0].ground_truth == generic[0].ground_truth
+    # the raw prompt is tokenized as it is: no chat template, no added special tokens
+    tok = build_tokenizer()
+    assert problem_prompt_ids(tok, r1[0]) == tok(r1[0].raw_prompt, add_special_tokens=False)[
+        "input_ids"]
+    assert problem_prompt_ids(tok, generic[0]) != problem_prompt_ids(tok, r1[0])
+    with pytest.raises(ValueError, match="unknown LiveCodeBench style"):
+        load_dataset([FIX / "lcb_release.jsonl"], lcb_style="llama")
 
 
 def test_lcb_date_window_is_inclusive_like_livecodebench() -> None:

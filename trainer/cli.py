@@ -128,7 +128,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         opts = EvalOptions(
             model=args.model, dataset=args.dataset, output_dir=args.output_dir,
-            lcb_files=list(args.lcb_file or []), lcb_window=window, k=args.k,
+            lcb_files=list(args.lcb_file or []), lcb_window=window,
+            lcb_style=args.lcb_style, k=args.k,
             temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
             max_tokens=args.max_tokens, seed=args.seed, tokenizer=args.tokenizer,
             instruction_suffix=args.instruction_suffix, limit=args.limit,
@@ -190,18 +191,18 @@ def _filter_with_model(args: argparse.Namespace, opts, loaded):
     from trainer.engines import check_model_path, create_engine
     from trainer.evaluation import verifier_connection
     from trainer.filtering import run_filter
-    from trainer.hf_utils import chat_prompt_ids, load_tokenizer
+    from trainer.hf_utils import load_tokenizer, problem_prompt_ids
 
     check_model_path(args.model)
     tokenizer = load_tokenizer(args.tokenizer or args.model)
     usable = [r.problem for r in loaded.rows if r.problem is not None]
     if usable:
-        chat_prompt_ids(tokenizer, usable[0].messages)  # no chat template: fail before loading
+        problem_prompt_ids(tokenizer, usable[0])  # no chat template: fail before loading
     with verifier_connection(args.verifier_addr, args.verifier_workers) as client:
         engine = create_engine(_engine_config(args), args.model, tokenizer)
         try:
             return run_filter(opts, engine, client,
-                              lambda p: chat_prompt_ids(tokenizer, p.messages), loaded)
+                              lambda p: problem_prompt_ids(tokenizer, p), loaded)
         finally:
             engine.close()
 
@@ -239,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="first contest_date kept (inclusive; the report's window)")
     ev.add_argument("--lcb-end", default="2025-02-01", help="last contest_date kept (inclusive)")
     ev.add_argument("--lcb-all-dates", action="store_true", help="no contest-date window")
+    ev.add_argument("--lcb-style", choices=("auto", "generic", "deepseek-r1"), default="auto",
+                    help="LiveCodeBench prompt template; auto: LiveCodeBench's choice for the "
+                         "model (deepseek-r1 for DeepSeek-R1-Distill models, else generic)")
     ev.add_argument("--k", type=int, default=None,
                     help="samples per problem (avg@k); default: the report's, 32 for AIME and "
                          "math files, 4 for LiveCodeBench and files with code")

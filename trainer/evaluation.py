@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from trainer.data import LCB_REPORT_WINDOW, DataError, Problem, load_dataset
+from trainer.data import (LCB_REPORT_WINDOW, LCB_STYLES, DataError, Problem, default_lcb_style,
+                          load_dataset)
 from trainer.interfaces import Completion, RolloutEngine, SamplingParams
 from trainer.rewards import RewardClient, RewardError, RewardStream
 
@@ -238,6 +239,9 @@ class EvalOptions:
     """Default: runs/eval/<model dir name>-<dataset>."""
     lcb_files: list[str] = field(default_factory=list)
     lcb_window: tuple[str | None, str | None] | None = LCB_REPORT_WINDOW
+    lcb_style: str = "auto"
+    """LiveCodeBench's prompt template: "generic", "deepseek-r1", or "auto" (LiveCodeBench's
+    choice for the model: DeepSeekR1 for DeepSeek-R1-Distill models, else generic)."""
     k: int | None = None
     temperature: float = 0.6
     top_p: float = 1.0
@@ -308,12 +312,16 @@ def run_eval(opts: EvalOptions, engine: RolloutEngine | None = None) -> dict[str
     replaces the one built from ``opts.engine`` (tests)."""
     from trainer.data import DEFAULT_SUFFIX
     from trainer.engines import EngineConfig, check_model_path, create_engine
-    from trainer.hf_utils import chat_prompt_ids, load_tokenizer
+    from trainer.hf_utils import load_tokenizer, problem_prompt_ids
 
     files = resolve_dataset(opts.dataset, opts.lcb_files)
     suffix = DEFAULT_SUFFIX if opts.instruction_suffix is None else opts.instruction_suffix
+    style = default_lcb_style(opts.model) if opts.lcb_style == "auto" else opts.lcb_style
+    if style not in LCB_STYLES:
+        raise ValueError(f"--lcb-style must be auto or one of {', '.join(LCB_STYLES)}, "
+                         f"got {opts.lcb_style!r}")
     loaded = load_dataset(files, instruction_suffix=suffix, skip_invalid=opts.skip_invalid,
-                          date_window=opts.lcb_window)
+                          date_window=opts.lcb_window, lcb_style=style)
     problems = loaded.problems[: opts.limit] if opts.limit else loaded.problems
     k = opts.k if opts.k is not None else default_k(opts.dataset, problems)
     if k < 1:
@@ -326,7 +334,7 @@ def run_eval(opts: EvalOptions, engine: RolloutEngine | None = None) -> dict[str
     if engine is None:
         check_model_path(opts.model)
     tokenizer = load_tokenizer(opts.tokenizer or opts.model)
-    prompts = [chat_prompt_ids(tokenizer, p.messages) for p in problems]
+    prompts = [problem_prompt_ids(tokenizer, p) for p in problems]
     out_dir = Path(opts.output_dir) if opts.output_dir else default_output_dir(opts)
     out_dir.mkdir(parents=True, exist_ok=True)
     log.info("evaluating %s on %s: %d problems x %d samples", opts.model, opts.dataset,
@@ -355,6 +363,7 @@ def run_eval(opts: EvalOptions, engine: RolloutEngine | None = None) -> dict[str
         "sampling": asdict(params), "generation": generation_stats(run),
         "skipped_rows": loaded.skipped, "outside_window": loaded.outside_window,
         "lcb_window": list(opts.lcb_window) if opts.lcb_window else None,
+        "lcb_style": style,
         "engine": engine_kind,
         "output_dir": str(out_dir),
     })

@@ -48,3 +48,13 @@ def chat_prompt_ids(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[
     if hasattr(out, "keys"):  # transformers >= 5 returns a BatchEncoding
         out = out["input_ids"]
     return list(out)
+
+
+def problem_prompt_ids(tokenizer: Any, problem: Any) -> list[int]:
+    """Token ids of a ``trainer.data.Problem``'s prompt: its ``raw_prompt`` tokenized as it is
+    (LiveCodeBench's DeepSeekR1 style writes the beginning-of-sentence, user and assistant
+    markers itself, so the tokenizer adds no special tokens of its own), else its chat
+    messages through the chat template."""
+    if problem.raw_prompt is not None:
+        return list(tokenizer(problem.raw_prompt, add_special_tokens=False)["input_ids"])
+    return chat_prompt_ids(tokenizer, problem.messages)

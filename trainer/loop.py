@@ -28,7 +28,7 @@ import torch
 
 from trainer import dist, magic
 from trainer.data import PromptSampler, Problem, load_problems
-from trainer.hf_utils import CheckpointError, chat_prompt_ids, load_tokenizer
+from trainer.hf_utils import CheckpointError, load_tokenizer, problem_prompt_ids
 from trainer.interfaces import Completion, LossSettings, SamplingParams, TokenBatch, UpdatePlan
 from trainer.metrics_log import MetricsLogger
 from trainer.rewards import (NOT_A_VERDICT, RewardClient, RewardError, RewardStream,
@@ -88,12 +88,14 @@ class Trainer:
         self.tokenizer = load_tokenizer(cfg.tokenizer_path or model_path)
         self.train, skipped = load_problems(cfg.data.train_files,
                                             instruction_suffix=cfg.data.instruction_suffix,
-                                            skip_invalid=cfg.data.skip_invalid)
+                                            skip_invalid=cfg.data.skip_invalid,
+                                            lcb_style=cfg.data.lcb_style)
         self.eval_problems: list[Problem] = []
         if cfg.data.eval_files:
             self.eval_problems, _ = load_problems(cfg.data.eval_files,
                                                   instruction_suffix=cfg.data.instruction_suffix,
-                                                  skip_invalid=cfg.data.skip_invalid)
+                                                  skip_invalid=cfg.data.skip_invalid,
+                                                  lcb_style=cfg.data.lcb_style)
             if cfg.eval.max_problems:
                 self.eval_problems = self.eval_problems[: cfg.eval.max_problems]
         self.skipped_rows = skipped
@@ -176,7 +178,7 @@ class Trainer:
     def prompt_ids(self, problem: Problem) -> list[int]:
         ids = self._prompt_ids.get(problem.id)
         if ids is None:
-            ids = chat_prompt_ids(self.tokenizer, problem.messages)
+            ids = problem_prompt_ids(self.tokenizer, problem)
             limit = self.cfg.magic.max_prompt_length
             if len(ids) > limit:
                 raise ValueError(f"problem {problem.id}: prompt has {len(ids)} tokens, over "

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
 from trainer.config import MagicConfig
-from trainer.data import DEFAULT_SUFFIX
+from trainer.data import DEFAULT_SUFFIX, LCB_STYLES
 
 
 @dataclass
@@ -31,6 +31,10 @@ class DataSettings:
     """Shuffle the training problems every epoch (seeded: resumable)."""
     skip_invalid: bool = False
     """Skip malformed rows (counted and logged) instead of failing on the first one."""
+    lcb_style: str = "generic"
+    """Prompt template of LiveCodeBench rows: "generic" (LiveCodeBench's generic template as
+    the user message, through the chat template) or "deepseek-r1" (LiveCodeBench's DeepSeekR1
+    prompt text, its choice for R1-distill models)."""
 
 
 @dataclass
@@ -166,6 +170,9 @@ class RunConfig:
             raise ValueError("total_steps must be >= 1")
         if not self.data.train_files:
             raise ValueError("data.train_files is empty: give at least one training file")
+        if self.data.lcb_style not in LCB_STYLES:
+            raise ValueError(f"data.lcb_style must be one of {', '.join(LCB_STYLES)}, got "
+                             f"{self.data.lcb_style!r}")
         if self.eval.every_steps < 0 or self.eval.n_samples < 1:
             raise ValueError("eval.every_steps must be >= 0 and eval.n_samples >= 1")
         if self.eval.every_steps and not self.data.eval_files:

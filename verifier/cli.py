@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from verifier.client import ClientConfig
-from verifier.evaluate import EvalConfig, eval_table, run_eval
+from verifier.evaluate import EvalConfig, print_report, run_eval
 from verifier.items import (Item, Limits, Outcome, Result, Status, VerifierError, invalid,
                             item_from_dict)
 from verifier.scoring import ScoringConfig
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             Console(stderr=True).print(f"[red]error:[/red] {escape(str(e))}", highlight=False,
                                       soft_wrap=True)
             return 1
-        Console().print(eval_table(summary))
+        print_report(summary, Console())
         return 0
     results = run_check(config)
     Console().print(summary_table(results))

@@ -6,6 +6,15 @@ Input: a JSONL of generations, one problem per line::
     {"id": "...", "domain": "math" | "code", "ground_truth": ..., "data_source": "aime24",
      "responses": ["...", "..."], "limits": {...}}
 
+Or, drop-in (``--problems FILE[,FILE...] --generations FILE``): problems in any format the
+verifier reads (verifier/problems.py: LiveCodeBench release rows, verl/Skywork parquet, plain
+JSONL) and a generations file in LiveCodeBench's custom-evaluator JSON or JSONL of full outputs
+(verifier/generations.py), matched by id. LiveCodeBench problems are judged under the ``lcb``
+profile (``--lcb-profile``) and kept only inside the report's contest-date window
+(``--lcb-start/--lcb-end``, ``--lcb-all-dates``); those outside, and problems without a
+generation, are left out of every number and counted (and named) in the summary, never scored
+as 0. A generation naming no problem is an error listing them.
+
 Each (problem, response j) becomes one verifier item with the wire id ``f"{line}:{j}"`` and is
 scored through the same code as ``verifier check`` (in-process ``Scorer``, or a running server
 through ``VerifierClient.stream``). The metrics are small pure functions (``pass_at_k``,
@@ -21,6 +30,7 @@ import logging
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, Callable, Iterable, Literal, Sequence
 
@@ -30,7 +40,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from verifier.client import ClientConfig
+from verifier.generations import Generation, read_generations_file
 from verifier.items import Item, Limits, Result, Status, VerifierError, item_from_dict
+from verifier.lcb import LCB_REPORT_WINDOW, LcbQuestion
+from verifier.problems import DataError, Loaded, ProblemRow, load_rows
 from verifier.scoring import ScoringConfig
 
 log = logging.getLogger(__name__)
@@ -147,6 +160,8 @@ class Problem:
     data_source: str
     responses: list[str]
     limits: Limits = field(default_factory=Limits)
+    profile: str = ""
+    """Judging profile of every response ("" = the server's default)."""
 
     def wire_id(self, j: int) -> str:
         """The unique id of response j on the wire (problem ids need not be unique strings)."""
@@ -154,7 +169,7 @@ class Problem:
 
     def item(self, j: int) -> Item:
         return Item(self.wire_id(j), self.domain, self.responses[j], self.ground_truth,
-                    self.data_source, self.limits)
+                    self.data_source, self.limits, self.profile)
 
 
 def problem_from_dict(obj: Any, line: int) -> Problem | str:
@@ -313,8 +328,9 @@ def summarize(
     allow_errors: bool = False,
 ) -> dict[str, Any]:
     """The summary JSON: overall metrics, ``by_source`` (the same per data source), error
-    counts, and how many lines were skipped. Responses with an error status count as
-    incorrect here; ``errors_counted_as_incorrect`` says whether any did."""
+    counts, how many lines were skipped, and ``by_problem`` (each problem's verdicts in
+    response order). Responses with an error status count as incorrect here;
+    ``errors_counted_as_incorrect`` says whether any did."""
     overall = _group_summary(problems, results, k)
     groups: dict[str, list[Problem]] = defaultdict(list)
     for p in problems:
@@ -335,6 +351,8 @@ def summarize(
         "statuses": overall["statuses"],
         "skipped_lines": len(skipped),
         "skipped": list(skipped),
+        "by_problem": {p.id: [results[p.wire_id(j)].correct for j in range(len(p.responses))]
+                       for p in problems},
     }
 
 
@@ -366,7 +384,7 @@ def response_records(problems: Sequence[Problem], results: dict[str, Result]) ->
             yield {"id": p.id, "line": p.line, "index": j, "data_source": p.data_source,
                    "status": r.status.value, "correct": r.correct, "reward": r.reward,
                    "passed": r.passed, "total": r.total, "detail": r.detail,
-                   "elapsed_ms": r.elapsed_ms}
+                   "elapsed_ms": r.elapsed_ms, "profile": r.profile}
 
 
 def _pct(v: float | None, prefix: str = "") -> str:
@@ -397,6 +415,115 @@ def eval_table(summary: dict[str, Any], title: str | None = None) -> Table:
 
 
 # ---------------------------------------------------------------------------------------------
+# Problems files + generations files (drop-in evaluation)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Joined:
+    """Problems matched with their generations, and what was left out of every number."""
+
+    problems: list[Problem]
+    lcb: dict[str, LcbQuestion]
+    """The LiveCodeBench question of each LiveCodeBench problem, by id."""
+    missing: list[str]
+    """Ids of problems (inside the window) that no generation names."""
+    outside_window: int
+    """LiveCodeBench problems outside the contest-date window."""
+    generations_outside_window: int
+    """Generations whose problem lies outside the window (not scored)."""
+
+
+def join_generations(rows: Loaded[ProblemRow], generations: Sequence[Generation],
+                     lcb_profile: str, profile: str = "") -> Joined:
+    """Match each generation to its problem by id. Problems keep the problems files' order;
+    responses keep the order given. LiveCodeBench problems are judged under ``lcb_profile``,
+    the others under ``profile`` ("" = the server's default). Raises
+    VerifierError("invalid_argument") listing the generations that name no problem."""
+    known = {r.id for r in rows.problems} | {r.id for r in rows.outside_window}
+    unknown = [g for g in generations if g.id not in known]
+    if unknown:
+        shown = ", ".join(f"{g.id!r} ({g.where})" for g in unknown[:20])
+        more = f" and {len(unknown) - 20} more" if len(unknown) > 20 else ""
+        raise VerifierError(f"{len(unknown)} generations name problems that are not in the "
+                            f"problems files: {shown}{more}", "invalid_argument")
+    by_id = {g.id: g for g in generations}
+    outside_ids = {r.id for r in rows.outside_window}
+    problems: list[Problem] = []
+    lcb: dict[str, LcbQuestion] = {}
+    missing: list[str] = []
+    for row in rows.problems:
+        gen = by_id.get(row.id)
+        if gen is None:
+            missing.append(row.id)
+            continue
+        prof = lcb_profile if row.lcb is not None else profile
+        problems.append(Problem(len(problems) + 1, row.id, row.domain, row.ground_truth,
+                                row.data_source, list(gen.responses), Limits(), prof))
+        if row.lcb is not None:
+            lcb[row.id] = row.lcb
+    return Joined(problems, lcb, missing, len(rows.outside_window),
+                  sum(1 for g in generations if g.id in outside_ids))
+
+
+def _pass1_by(problems: Sequence[Problem], results: dict[str, Result],
+              key: Callable[[Problem], str]) -> dict[str, dict[str, Any]]:
+    groups: dict[str, list[list[bool]]] = defaultdict(list)
+    for p in problems:
+        groups[key(p)].append([results[p.wire_id(j)].correct for j in range(len(p.responses))])
+    return {name: {"n_problems": len(v), "pass@1": mean_pass_at_k(v, 1)}
+            for name, v in sorted(groups.items())}
+
+
+def lcb_breakdown(joined: Joined, results: dict[str, Result], profile: str) -> dict[str, Any]:
+    """LiveCodeBench's pass@1 (the mean over problems of correct/n, LiveCodeBench's
+    ``compute_metrics_from_results``) over the LiveCodeBench problems, overall, by difficulty
+    and by platform."""
+    ps = [p for p in joined.problems if p.id in joined.lcb]
+    verdicts = [[results[p.wire_id(j)].correct for j in range(len(p.responses))] for p in ps]
+    return {
+        "profile": profile,
+        "n_problems": len(ps),
+        "pass@1": mean_pass_at_k(verdicts, 1),
+        "by_difficulty": _pass1_by(ps, results, lambda p: joined.lcb[p.id].difficulty or NO_SOURCE),
+        "by_platform": _pass1_by(ps, results, lambda p: joined.lcb[p.id].platform or NO_SOURCE),
+    }
+
+
+def lcb_table(summary: dict[str, Any]) -> Table:
+    """LiveCodeBench pass@1 by difficulty and by platform, as percentages."""
+    lcb = summary["lcb"]
+    window = summary.get("lcb_window")
+    span = f"{window[0] or '..'} to {window[1] or '..'}" if window else "all dates"
+    table = Table(title=f"LiveCodeBench pass@1 ({span}, profile {lcb['profile']})")
+    table.add_column("group")
+    table.add_column("problems", justify="right")
+    table.add_column("pass@1", justify="right")
+    for kind in ("difficulty", "platform"):
+        for name, s in lcb[f"by_{kind}"].items():
+            table.add_row(f"{kind}: {name}", str(s["n_problems"]), _pct(s["pass@1"]))
+    table.add_row("ALL", str(lcb["n_problems"]), _pct(lcb["pass@1"]))
+    return table
+
+
+def print_report(summary: dict[str, Any], console: Console) -> None:
+    """The stdout report of ``verifier eval``: the avg@k table, LiveCodeBench's table when
+    there are LiveCodeBench problems, and what was left out."""
+    console.print(eval_table(summary))
+    if summary.get("lcb"):
+        console.print(lcb_table(summary))
+    if summary.get("outside_window"):
+        console.print(f"{summary['outside_window']} LiveCodeBench problems outside the "
+                      "contest-date window were left out", highlight=False)
+    missing = summary.get("missing_generations") or []
+    if missing:
+        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more"
+                                           if len(missing) > 10 else "")
+        console.print(f"{len(missing)} problems have no generation and were left out: {shown}",
+                      highlight=False)
+
+
+# ---------------------------------------------------------------------------------------------
 # Command
 # ---------------------------------------------------------------------------------------------
 
@@ -409,13 +536,32 @@ def _default_client() -> ClientConfig:
 
 @dataclass
 class EvalConfig:
-    """``verifier eval``: score k responses per problem and report avg@k / pass@k."""
+    """``verifier eval``: score k responses per problem and report avg@k / pass@k. Give either
+    ``--input`` (a generations JSONL that carries its ground truths) or ``--problems`` with
+    ``--generations``."""
 
-    input: Annotated[Path, tyro.conf.arg(aliases=["-i"])]
-    """Generations, one problem per line: {"id", "domain", "ground_truth", "data_source"?,
-    "responses": [...], "limits"?}."""
     output: Annotated[Path, tyro.conf.arg(aliases=["-o"])]
     """Where to write the summary JSON."""
+    input: Annotated[Path | None, tyro.conf.arg(aliases=["-i"])] = None
+    """Generations, one problem per line: {"id", "domain", "ground_truth", "data_source"?,
+    "responses": [...], "limits"?}."""
+    problems: list[str] = field(default_factory=list)
+    """Problems files (FILE[,FILE...]): LiveCodeBench release rows (JSONL), verl/Skywork
+    parquet, or plain JSONL {"id", "domain", "ground_truth", "data_source"?}; any mix."""
+    generations: Path | None = None
+    """With --problems: LiveCodeBench's custom-evaluator JSON [{"question_id", "code_list"}]
+    (code already extracted) or JSONL {"id", "responses": [full model outputs]}, matched to
+    the problems by id (a LiveCodeBench problem's id is its question_id)."""
+    lcb_start: str = LCB_REPORT_WINDOW[0]
+    """First contest_date of LiveCodeBench problems kept (inclusive; the report's window).
+    Problems outside the window are left out of every number and counted."""
+    lcb_end: str = LCB_REPORT_WINDOW[1]
+    """Last contest_date of LiveCodeBench problems kept (inclusive, at midnight)."""
+    lcb_all_dates: bool = False
+    """No contest-date window: keep every LiveCodeBench problem."""
+    lcb_profile: Literal["default", "lcb", "skywork"] = "lcb"
+    """Judging profile of LiveCodeBench problems (lcb: LiveCodeBench's own judge). The other
+    problems name none: the verifier's default applies (in-process: --profile)."""
     addr: str | None = None
     """HOST:PORT of a running verifier, a comma list of them, or dns:///NAME:PORT (work is
     spread over the healthy replicas and fails over). Without it, responses are scored
@@ -423,7 +569,7 @@ class EvalConfig:
     k: int | None = None
     """k of avg@k / pass@k. Default: the smallest number of responses of any problem."""
     skip_invalid: bool = False
-    """Skip malformed lines (counted in the summary) instead of failing."""
+    """Skip malformed lines or rows (counted in the summary) instead of failing."""
     allow_errors: bool = False
     """Count responses the verifier could not score (INVALID_INPUT, SANDBOX_ERROR,
     INTERNAL_ERROR) as incorrect instead of failing."""
@@ -435,6 +581,26 @@ class EvalConfig:
     """Progress bar: "auto" shows it on a terminal only."""
     log_format: Literal["json", "text"] = "text"
 
+    def __post_init__(self) -> None:
+        if self.input is not None and (self.problems or self.generations is not None):
+            raise ValueError("give either --input or --problems with --generations, not both")
+        if self.input is None and not (self.problems and self.generations is not None):
+            raise ValueError("give --input GENERATIONS.jsonl, or --problems FILE[,FILE...] "
+                             "with --generations FILE")
+        for name in ("lcb_start", "lcb_end"):
+            try:
+                date.fromisoformat(getattr(self, name))
+            except ValueError:
+                raise ValueError(f"--{name.replace('_', '-')} must be a date like 2024-08-01, "
+                                 f"got {getattr(self, name)!r}") from None
+
+    def problem_files(self) -> list[Path]:
+        """``--problems`` split at commas."""
+        return [Path(p) for arg in self.problems for p in arg.split(",") if p.strip()]
+
+    def lcb_window(self) -> tuple[str, str] | None:
+        return None if self.lcb_all_dates else (self.lcb_start, self.lcb_end)
+
 
 def _write_json_lines(path: Path, records: Iterable[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -443,14 +609,10 @@ def _write_json_lines(path: Path, records: Iterable[dict]) -> None:
             f.write(json.dumps(rec) + "\n")
 
 
-def run_eval(cfg: EvalConfig) -> dict[str, Any]:
-    """Read, score, summarise; write ``cfg.output`` (and ``cfg.results_output``) and return the
-    summary. Raises VerifierError for a malformed input, an impossible k, or (unless
-    ``allow_errors``) responses the verifier could not score; in that last case the per-response
-    results are still written but the summary is not."""
-    gens = read_generations(cfg.input, cfg.skip_invalid)
-    k = resolve_k(gens.problems, cfg.k)
-    items = [p.item(j) for p in gens.problems for j in range(len(p.responses))]
+def _score(cfg: EvalConfig, problems: Sequence[Problem]) -> dict[str, Result]:
+    """Score every response with a progress bar; write ``--results-output``; raise unless
+    every response was judged (or ``allow_errors``)."""
+    items = [p.item(j) for p in problems for j in range(len(p.responses))]
     console = Console(stderr=True)
     hidden = cfg.progress == "off" or (cfg.progress == "auto" and not console.is_terminal)
     with Progress(TextColumn("[bold]scoring"), BarColumn(), MofNCompleteColumn(),
@@ -459,12 +621,72 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         results = score_items(items, cfg.addr, cfg.scoring, cfg.client,
                               on_result=lambda _r: bar.advance(task))
     if cfg.results_output is not None:
-        _write_json_lines(cfg.results_output, response_records(gens.problems, results))
-    problem = error_message(gens.problems, results)
+        _write_json_lines(cfg.results_output, response_records(problems, results))
+    problem = error_message(problems, results)
     if problem is not None and not cfg.allow_errors:
         raise VerifierError(problem, "failed_precondition")
-    summary = summarize(gens.problems, results, k, gens.skipped, cfg.allow_errors)
-    summary["input"] = str(cfg.input)
+    return results
+
+
+def _write_summary(cfg: EvalConfig, summary: dict[str, Any]) -> None:
     cfg.output.parent.mkdir(parents=True, exist_ok=True)
     cfg.output.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+
+
+def run_eval(cfg: EvalConfig) -> dict[str, Any]:
+    """Read, score, summarise; write ``cfg.output`` (and ``cfg.results_output``) and return the
+    summary. Raises VerifierError for a malformed input, an impossible k, or (unless
+    ``allow_errors``) responses the verifier could not score; in that last case the per-response
+    results are still written but the summary is not."""
+    if cfg.input is None:
+        return run_problems_eval(cfg)
+    gens = read_generations(cfg.input, cfg.skip_invalid)
+    k = resolve_k(gens.problems, cfg.k)
+    results = _score(cfg, gens.problems)
+    summary = summarize(gens.problems, results, k, gens.skipped, cfg.allow_errors)
+    summary["input"] = str(cfg.input)
+    _write_summary(cfg, summary)
+    return summary
+
+
+def run_problems_eval(cfg: EvalConfig) -> dict[str, Any]:
+    """``--problems`` + ``--generations``: read the problems (any format; LiveCodeBench rows
+    inside the window), match the generations to them, score, and summarise as
+    :func:`run_eval` does, plus what was left out, the profiles that applied and, for
+    LiveCodeBench problems, pass@1 by difficulty and by platform."""
+    assert cfg.generations is not None
+    window = cfg.lcb_window()
+    try:
+        rows = load_rows(cfg.problem_files(), date_window=window, skip_invalid=cfg.skip_invalid,
+                         allow_empty=True)
+    except DataError as e:
+        raise VerifierError(str(e), "invalid_argument") from None
+    fmt, generations = read_generations_file(cfg.generations)
+    joined = join_generations(rows, generations, cfg.lcb_profile)
+    if joined.missing:
+        log.warning("%d problems have no generation and are left out: %s", len(joined.missing),
+                    ", ".join(joined.missing[:10]), extra={"missing": len(joined.missing)})
+    if not joined.problems:
+        raise VerifierError(f"no problem of {cfg.problems} has a generation in "
+                            f"{cfg.generations} ({len(joined.missing)} without one, "
+                            f"{joined.outside_window} outside the LiveCodeBench window)",
+                            "invalid_argument")
+    k = resolve_k(joined.problems, cfg.k)
+    results = _score(cfg, joined.problems)
+    summary = summarize(joined.problems, results, k, (), cfg.allow_errors)
+    summary.update({
+        "problems_files": [str(p) for p in cfg.problem_files()],
+        "generations": str(cfg.generations),
+        "generations_format": fmt,
+        "skipped_rows": rows.skipped,
+        "lcb_window": list(window) if window else None,
+        "outside_window": joined.outside_window,
+        "generations_outside_window": joined.generations_outside_window,
+        "missing_generations": joined.missing,
+        "n_missing_generations": len(joined.missing),
+        "profiles": dict(sorted(Counter(r.profile for r in results.values()).items())),
+    })
+    if joined.lcb:
+        summary["lcb"] = lcb_breakdown(joined, results, cfg.lcb_profile)
+    _write_summary(cfg, summary)
     return summary

@@ -1,0 +1,287 @@
+"""LiveCodeBench's problem format: test cases (compressed as the release files store them), the
+verifier's ground truth built from them, the contest-date window, and LiveCodeBench's prompts.
+
+The verifier owns this format because it judges these problems (``verifier eval --problems``);
+the trainer imports it to build its prompts and training sets. Nothing here imports torch or a
+tokenizer.
+
+References (LiveCodeBench/LiveCodeBench at 28fef95): ``lcb_runner/benchmarks/code_generation.py``
+(the row shape: ``question_content``, ``platform``, ``question_id``, ``contest_date``,
+``starter_code``, ``difficulty``, ``public_test_cases``/``private_test_cases`` as JSON text or
+``base64(zlib(pickle(json_text)))``, ``metadata`` JSON text with ``func_name``; the date window
+``start <= contest_date <= end`` at midnight), ``lcb_runner/prompts/code_generation.py`` (the
+generic and DeepSeekR1 templates) and ``lcb_runner/lm_styles.py`` (DeepSeek-R1-Distill models
+use the DeepSeekR1 style).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import pickletools
+import zlib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+LCB_REPORT_WINDOW: tuple[str, str] = ("2024-08-01", "2025-02-01")
+"""The Skywork-OR1 report's LiveCodeBench window: problems with ``contest_date`` in
+[start, end], both ends inclusive at midnight, as LiveCodeBench's ``--start_date/--end_date``."""
+
+LCB_DATA_SOURCE = "livecodebench"
+"""``data_source`` of problems read from LiveCodeBench rows."""
+
+MAX_LCB_TESTS_BYTES = 1 << 30
+"""Largest decompressed size of one row's private tests (a zlib bomb is refused)."""
+
+LcbStyle = Literal["generic", "deepseek-r1"]
+LCB_STYLES: tuple[str, ...] = ("generic", "deepseek-r1")
+
+
+# ---------------------------------------------------------------------------------------------
+# Test cases
+# ---------------------------------------------------------------------------------------------
+
+_PICKLE_STR_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"}
+_PICKLE_FRAMING_OPS = {"PROTO", "FRAME", "MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT", "STOP"}
+
+
+def _unpickle_str(data: bytes) -> str:
+    """The string inside a pickle that holds exactly one ``str`` and nothing else.
+
+    LiveCodeBench stores compressed private tests as ``pickle.dumps(json_text)``. Unpickling
+    untrusted bytes can run arbitrary code, so nothing is unpickled here: the opcodes are only
+    *parsed* (``pickletools.genops`` executes nothing) and anything but protocol/framing/memo
+    opcodes around a single string opcode is refused.
+    """
+    text: str | None = None
+    try:
+        for op, arg, _pos in pickletools.genops(data):
+            if op.name in _PICKLE_STR_OPS and text is None:
+                text = arg
+            elif op.name not in _PICKLE_FRAMING_OPS:
+                raise ValueError(f"pickle opcode {op.name} is not allowed (only a pickled str)")
+    except ValueError:
+        raise
+    except Exception as e:  # noqa: BLE001 - genops raises assorted errors on corrupt input
+        raise ValueError(f"not a valid pickle: {e}") from None
+    if text is None:
+        raise ValueError("the pickle holds no string")
+    return text
+
+
+def decode_lcb_tests(value: Any) -> list[dict[str, Any]]:
+    """LiveCodeBench test cases: a JSON list (or JSON text of one), or the release files'
+    compressed form ``base64(zlib(pickle(json_text)))``, decoded without unpickling (see
+    :func:`_unpickle_str`). Raises ValueError naming what is wrong."""
+    if isinstance(value, list):
+        tests = value
+    elif isinstance(value, str):
+        s = value.strip()
+        if s.startswith("["):
+            tests = json.loads(s)
+        else:
+            try:
+                raw = base64.b64decode(s, validate=True)
+            except ValueError as e:
+                raise ValueError(f"neither JSON nor base64: {e}") from None
+            d = zlib.decompressobj()
+            try:
+                data = d.decompress(raw, MAX_LCB_TESTS_BYTES)
+            except zlib.error as e:
+                raise ValueError(f"base64 but not zlib data: {e}") from None
+            if d.unconsumed_tail:
+                raise ValueError(f"decompressed tests exceed {MAX_LCB_TESTS_BYTES} bytes")
+            tests = json.loads(_unpickle_str(data))
+    else:
+        raise ValueError(f"expected a JSON string, got {type(value).__name__}")
+    if not isinstance(tests, list) or not all(isinstance(t, dict) for t in tests):
+        raise ValueError("test cases must be a list of objects")
+    for i, t in enumerate(tests):
+        if not isinstance(t.get("input"), str) or not isinstance(t.get("output"), str):
+            raise ValueError(f"test {i} needs string 'input' and 'output'")
+        if t.get("testtype", "stdin") not in ("stdin", "functional"):
+            raise ValueError(f"test {i} has unknown testtype {t.get('testtype')!r}")
+    return tests
+
+
+def encode_lcb_tests(tests: list[dict[str, Any]]) -> str:
+    """The release files' compressed form of ``tests`` (for fixtures and tests): base64 of zlib
+    of a pickled JSON string."""
+    import pickle  # only ever used to *write* the release form; never to read it
+
+    return base64.b64encode(zlib.compress(pickle.dumps(json.dumps(tests)))).decode()
+
+
+def lcb_ground_truth(tests: Sequence[dict[str, Any]], func_name: str | None) -> dict[str, Any]:
+    """The verifier's code ground truth for LiveCodeBench tests: stdin tests become
+    ``{"inputs", "outputs"}``; functional tests (LeetCode) ``{"inputs", "outputs", "fn_name"}``
+    with each input newline-separated JSON arguments and each output one JSON value (the
+    formats agree)."""
+    kinds = {t.get("testtype", "stdin") for t in tests}
+    if len(kinds) > 1:
+        raise ValueError("mixes stdin and functional tests")
+    gt: dict[str, Any] = {"inputs": [t["input"] for t in tests],
+                          "outputs": [t["output"] for t in tests]}
+    if kinds == {"functional"}:
+        if not func_name:
+            raise ValueError("functional tests but no metadata.func_name")
+        gt["fn_name"] = func_name
+    return gt
+
+
+# ---------------------------------------------------------------------------------------------
+# Dates
+# ---------------------------------------------------------------------------------------------
+
+def parse_date(value: Any) -> datetime:
+    """An ISO date or datetime (a ``datetime`` as parquet gives it), as naive UTC."""
+    if isinstance(value, datetime):
+        d = value
+    elif isinstance(value, str):
+        d = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    else:
+        raise ValueError(f"expected an ISO date string, got {type(value).__name__}")
+    if d.tzinfo is not None:
+        d = d.astimezone(timezone.utc).replace(tzinfo=None)
+    return d
+
+
+def in_window(date: datetime, window: tuple[str | None, str | None] | None) -> bool:
+    """``start <= date <= end`` (either end may be None: open; no window: always)."""
+    if window is None:
+        return True
+    start, end = window
+    if start is not None and date < parse_date(start):
+        return False
+    if end is not None and date > parse_date(end):
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# One row
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class LcbQuestion:
+    """What a LiveCodeBench row says beyond its tests: the prompt's parts and the report's
+    breakdowns (pass@1 by difficulty and by platform)."""
+
+    question_content: str
+    starter_code: str
+    contest_date: datetime
+    platform: str = ""
+    difficulty: str = ""
+
+
+def is_lcb_row(row: dict[str, Any]) -> bool:
+    """A LiveCodeBench release row: ``question_content`` and some test cases."""
+    return "question_content" in row and ("public_test_cases" in row
+                                          or "private_test_cases" in row)
+
+
+def parse_lcb_row(row: dict[str, Any]) -> tuple[str, dict[str, Any], LcbQuestion]:
+    """``(question_id, ground truth, question)`` of a release row: public + private tests
+    (compressed or not) made into the verifier's ground truth. Raises ValueError naming the
+    field that is wrong (the caller adds the file and row)."""
+    qid = row.get("question_id")
+    if qid is None or isinstance(qid, bool) or not isinstance(qid, (str, int)):
+        raise ValueError("missing 'question_id'")
+    content = row.get("question_content")
+    if not isinstance(content, str) or not content.strip():
+        raise ValueError("missing 'question_content'")
+    try:
+        date = parse_date(row.get("contest_date"))
+    except ValueError as e:
+        raise ValueError(f"bad 'contest_date': {e}") from None
+    tests: list[dict[str, Any]] = []
+    for key in ("public_test_cases", "private_test_cases"):
+        value = row.get(key)
+        if value in (None, "", []):
+            continue
+        try:
+            tests += decode_lcb_tests(value)
+        except ValueError as e:
+            raise ValueError(f"bad {key!r}: {e}") from None
+    if not tests:
+        raise ValueError("no test cases")
+    meta = row.get("metadata") or {}
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta) if meta.strip() else {}
+        except ValueError as e:
+            raise ValueError(f"'metadata' is not valid JSON: {e}") from None
+    if not isinstance(meta, dict):
+        raise ValueError("'metadata' must be an object")
+    gt = lcb_ground_truth(tests, meta.get("func_name"))
+    starter = row.get("starter_code") or ""
+    if not isinstance(starter, str):
+        raise ValueError("'starter_code' must be a string")
+    question = LcbQuestion(content, starter, date, str(row.get("platform") or ""),
+                           str(row.get("difficulty") or ""))
+    return str(qid), gt, question
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompts
+# ---------------------------------------------------------------------------------------------
+
+LCB_FORMAT_WITH_STARTER = ("You will use the following starter code to write the solution to "
+                           "the problem and enclose your code within delimiters.")
+LCB_FORMAT_WITHOUT_STARTER = (
+    "Read the inputs from stdin solve the problem and write the answer to stdout (do not "
+    "directly test on the sample inputs). Enclose your code within delimiters as follows. "
+    "Ensure that when the python program runs, it reads the inputs, runs the algorithm and "
+    "writes output to STDOUT.")
+LCB_R1_INSTRUCTION = ("You will be given a question (problem specification) and will generate a "
+                      "correct Python program that matches the specification and passes all "
+                      "tests.\n\n")
+LCB_R1_SYSTEM = (
+    "<｜begin▁of▁sentence｜>A conversation between User and Assistant. The user asks a question, "
+    "and the Assistant solves it. The assistant first thinks about the reasoning process in the "
+    "mind and then provides the user with the answer. The reasoning process and answer are "
+    "enclosed within <think> </think> and <answer> </answer> tags, respectively, i.e., <think> "
+    "reasoning process here </think> <answer> answer here </answer>.<｜User｜>")
+"""The DeepSeekR1 style's fixed head (``PromptConstants.SYSTEM_MESSAGE_DEEPSEEK_R1``): it
+carries DeepSeek's own special-token text, so the prompt is used as raw text, not as a chat
+message."""
+LCB_R1_ASSISTANT = "<｜Assistant｜>"
+
+
+def _format_block(starter_code: str) -> tuple[str, str]:
+    """The format instruction and the fenced block under it. LiveCodeBench tests the starter
+    code for truthiness; a whitespace-only one counts as none here (no release row has one)."""
+    if starter_code and starter_code.strip():
+        return LCB_FORMAT_WITH_STARTER, f"```python\n{starter_code}\n```\n\n"
+    return LCB_FORMAT_WITHOUT_STARTER, "```python\n# YOUR CODE HERE\n```\n\n"
+
+
+def lcb_prompt(question_content: str, starter_code: str = "") -> str:
+    """The user message of LiveCodeBench's generic template
+    (``get_generic_question_template_answer``): the question under ``### Question:``, the
+    format instruction with the starter code or a ``# YOUR CODE HERE`` fence, then
+    ``### Answer: (use the provided format with backticks)``. LiveCodeBench's separate system
+    message for chat APIs is not included: R1-style models are prompted without one."""
+    instruction, block = _format_block(starter_code)
+    return (f"### Question:\n{question_content}\n\n### Format: {instruction}\n{block}"
+            "### Answer: (use the provided format with backticks)\n\n")
+
+
+def lcb_r1_prompt(question_content: str, starter_code: str = "") -> str:
+    """The whole prompt text of LiveCodeBench's DeepSeekR1 style (``format_prompt_generation``
+    with ``LMStyle.DeepSeekR1``: the fixed head, ``get_deepseek_r1_question_template_answer``,
+    then ``<｜Assistant｜>``). It already holds the beginning-of-sentence, user and assistant
+    markers as text, so it is tokenized as it is, not through a chat template."""
+    instruction, block = _format_block(starter_code)
+    return (f"{LCB_R1_SYSTEM}{LCB_R1_INSTRUCTION}Question: {question_content}\n\n"
+            f"{instruction}\n{block}{LCB_R1_ASSISTANT}")
+
+
+def default_lcb_style(model: str | Path | None) -> LcbStyle:
+    """The style LiveCodeBench assigns a model (``lcb_runner/lm_styles.py``): DeepSeekR1 for
+    the DeepSeek-R1-Distill models (the report's base models and their RL descendants named
+    so), the generic template otherwise."""
+    name = Path(str(model)).name.lower() if model else ""
+    return "deepseek-r1" if "deepseek-r1-distill" in name else "generic"
