@@ -95,6 +95,9 @@ def test_every_fixture_round_trips_through_the_verifier(server) -> None:
     assert by_id["3999"].ground_truth == {"inputs": ["1\n2", "-7\n7"], "outputs": ["3", "0"],
                                           "fn_name": "addTwo"}
     assert by_id["3999"].data_source == "livecodebench"
+    # LiveCodeBench rows are judged by LiveCodeBench's rules; other rows by the server's default
+    assert by_id["3999"].verifier_item("x", "r")["profile"] == "lcb"
+    assert by_id["train-code-taco-easy-3"].verifier_item("x", "r")["profile"] == ""
     assert by_id["3999"].extra["platform"] == "leetcode"
     # the suffix goes to math prompts only; code prompts keep their own format instructions
     assert by_id["plain-m2"].messages[0] == {"role": "system",

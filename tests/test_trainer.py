@@ -107,6 +107,7 @@ def run_cli(args: list[str], **kw) -> subprocess.CompletedProcess:
      "increasing"),
     ({"magic__nonsense": 1}, "unknown MagicConfig keys"),
     ({"log__progress": "sometimes"}, "log.progress must be one of"),
+    ({"verifier__profile": "leetcode"}, "verifier.profile must be one of"),
 ])
 def test_impossible_configs_are_refused_with_the_rule(data, tmp_path, extra, message) -> None:
     with pytest.raises(ValueError, match=message):

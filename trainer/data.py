@@ -54,11 +54,16 @@ class Problem:
     raw_prompt: str | None = None
     """A whole prompt text used as it is instead of ``messages`` through the chat template
     (LiveCodeBench's DeepSeekR1 style, which writes the special-token markers itself)."""
+    profile: str = ""
+    """The verifier's judging profile for this problem's responses: "lcb" for LiveCodeBench
+    rows (its benchmark numbers are judged by its judge's rules), else "" (the verifier's
+    default); ``verifier.profile`` in a run's config overrides it for every problem."""
 
     def verifier_item(self, item_id: str, response: str) -> dict[str, Any]:
         """The verifier item (DESIGN.md 3.1) for one response to this problem."""
         return {"id": item_id, "domain": self.domain, "response": response,
-                "ground_truth": self.ground_truth, "data_source": self.data_source}
+                "ground_truth": self.ground_truth, "data_source": self.data_source,
+                "profile": self.profile}
 
 
 @dataclass
@@ -120,7 +125,8 @@ def problem_from_row(row: ProblemRow, instruction_suffix: str = DEFAULT_SUFFIX,
         raise ValueError("a code suffix cannot be added to LiveCodeBench's DeepSeekR1 prompt "
                          "(it ends with the assistant marker)")
     return Problem(row.id, messages, row.domain, row.ground_truth, row.data_source,
-                   dict(row.extra), row.where, raw_prompt)
+                   dict(row.extra), row.where, raw_prompt,
+                   profile="lcb" if row.lcb is not None else "")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -98,6 +98,9 @@ class Trainer:
                                                   lcb_style=cfg.data.lcb_style)
             if cfg.eval.max_problems:
                 self.eval_problems = self.eval_problems[: cfg.eval.max_problems]
+        if cfg.verifier.profile:  # one profile for every reward and evaluation
+            for p in (*self.train, *self.eval_problems):
+                p.profile = cfg.verifier.profile
         self.skipped_rows = skipped
         self._prompt_ids: dict[str, list[int]] = {}
         for p in self.train[:1]:

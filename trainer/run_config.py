@@ -15,6 +15,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from trainer.config import MagicConfig
 from trainer.data import DEFAULT_SUFFIX, LCB_STYLES
+from verifier.items import PROFILES
 
 
 @dataclass
@@ -58,6 +59,10 @@ class VerifierSettings:
     connect_timeout_s: float = 30.0
     """How long to wait at start-up for the verifier to answer health checks, seconds; an
     unreachable verifier is an error before any model is loaded."""
+    profile: str = ""
+    """The judging profile of every reward: "" (by the data: LiveCodeBench rows "lcb", others
+    the verifier's default), "default", "lcb" (LiveCodeBench's judge) or "skywork" (the
+    released Skywork-OR1 reward: pick it to train on Skywork's data as the report did)."""
 
 
 @dataclass
@@ -173,6 +178,9 @@ class RunConfig:
         if self.data.lcb_style not in LCB_STYLES:
             raise ValueError(f"data.lcb_style must be one of {', '.join(LCB_STYLES)}, got "
                              f"{self.data.lcb_style!r}")
+        if self.verifier.profile and self.verifier.profile not in PROFILES:
+            raise ValueError(f"verifier.profile must be one of {', '.join(PROFILES)} (or empty), "
+                             f"got {self.verifier.profile!r}")
         if self.eval.every_steps < 0 or self.eval.n_samples < 1:
             raise ValueError("eval.every_steps must be >= 0 and eval.n_samples >= 1")
         if self.eval.every_steps and not self.data.eval_files:
