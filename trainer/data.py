@@ -4,7 +4,8 @@ Three row formats, recognised per row (so a file may be JSONL or parquet in any 
 
 - **plain JSONL** (DESIGN.md 3.1's item envelope plus a prompt), one problem per line:
   ``{"id", "prompt": str | [chat messages], "domain": "math"|"code", "ground_truth",
-  "data_source"?}``;
+  "data_source"?, "extra"?}`` (``extra``, an object, is kept in ``Problem.extra``: the toy world
+  stores each problem's level and reference response there);
 - **verl / Skywork parquet**: ``data_source``, ``prompt`` (chat list), ``ability``
   ("math" | "code"), ``reward_model.ground_truth``, ``extra_info`` (``index``/``id``,
   ``model_difficulty`` in Skywork-OR1-RL-Data). Math ground truth is an answer string or a JSON
@@ -409,6 +410,9 @@ def _problem_from_row(row: dict[str, Any], where: str, suffix: str, code_suffix:
         ground_truth = row.get("ground_truth")
         domain = row.get("domain", "math")
         pid = row.get("id")
+        extra = row.get("extra") or {}
+        if not isinstance(extra, dict):
+            raise DataError(f"{where}: 'extra' must be an object")
     if pid is None or isinstance(pid, bool) or not isinstance(pid, (str, int)):
         raise DataError(f"{where}: missing 'id'")
     messages = _messages(row.get("prompt"), where)
