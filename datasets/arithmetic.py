@@ -1,4 +1,5 @@
-"""The CPU demo's synthetic task: two-number arithmetic with answers in ``\\boxed{}``.
+"""A one-token-answer task: two-number arithmetic with answers in ``\\boxed{}`` (the trainer
+tests' quick task, and the first CPU demo's; the demo now uses datasets/toyworld.py).
 
     python datasets/arithmetic.py --out datasets/arithmetic --train 20000 --eval 200 --seed 0
 

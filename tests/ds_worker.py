@@ -8,6 +8,11 @@ one update with the same two-mini-batch plan, and saves a checkpoint (collective
 writes the full weights (named_weights, gathered under ZeRO-3) and the metrics to
 ``OUT/stage{N}.pt``; the test compares them with TorchBackend on the whole batch in one process.
 
+With ``--kl`` it runs the KL reference test instead: for each stage every rank builds a
+backend that keeps a reference policy, applies two one-mini-batch updates with a KL loss on its
+rows, and writes both updates' metrics and, under ZeRO-3, the shard shapes of the reference's
+and the policy's parameters to ``OUT/kl{N}_rank{R}.pt``.
+
 Importable without side effects: the test imports the data from here.
 """
 
@@ -36,6 +41,9 @@ VOCAB = 100
 LINEAR = BackendConfig(lr=1e4, eps=1e4, weight_decay=0.0, grad_clip=0.0)
 LOSS = LossSettings(clip_low=0.2, clip_high=0.28, entropy_coef=0.01)
 MICRO_BATCH_SIZE = 2
+#: The KL test: real Adam, a reference policy, a KL loss, one mini-batch per update.
+KL_CONFIG = BackendConfig(lr=1e-3, keep_reference=True)
+KL_LOSS = LossSettings(clip_low=0.2, clip_high=0.28, kl_coef=0.1)
 
 # Global mini-batches (rows of the whole batch) and each rank's share of them.
 MINIBATCHES = ([0, 1, 2, 3], [4, 5, 6, 7])
@@ -99,16 +107,48 @@ def _run_stage(model: Path, out: Path, stage: int) -> None:
     backend.close()
 
 
+def one_minibatch(n: int) -> UpdatePlan:
+    """All ``n`` rows in one mini-batch: every token is scored before the optimizer step."""
+    return UpdatePlan([torch.arange(n)], MICRO_BATCH_SIZE)
+
+
+def _shards(module: torch.nn.Module) -> dict[str, tuple[tuple[int, ...], int]]:
+    """ZeRO-3 partition of each parameter: (this rank's shard shape, full element count)."""
+    return {n: (tuple(p.ds_tensor.shape), int(p.ds_numel)) for n, p in module.named_parameters()}
+
+
+def _run_kl(model: Path, out: Path, stage: int) -> None:
+    from trainer.backends.deepspeed_backend import DeepSpeedBackend
+
+    cfg = dataclasses.replace(KL_CONFIG, kind="deepspeed", zero_stage=stage)
+    backend = DeepSpeedBackend(cfg, model)
+    batch, _, advantages = make_batch()
+    rows = rank_rows(backend.rank)
+    local = batch.select(rows)
+    plan = one_minibatch(len(rows))
+    first = backend.update(local, backend.logprobs(local, MICRO_BATCH_SIZE), advantages[rows],
+                           plan, KL_LOSS)
+    second = backend.update(local, backend.logprobs(local, MICRO_BATCH_SIZE), advantages[rows],
+                            plan, KL_LOSS)
+    result = {"first": first, "second": second, "world_size": backend.world_size}
+    if stage == 3:
+        result["reference"] = _shards(backend.reference.module)
+        result["policy"] = _shards(backend.module)
+    torch.save(result, out / f"kl{stage}_rank{backend.rank}.pt")
+    backend.close()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--stages", type=int, nargs="+", default=[0, 2, 3])
+    parser.add_argument("--kl", action="store_true", help="run the KL reference test")
     parser.add_argument("--local_rank", type=int, default=0)  # added by the deepspeed launcher
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     for stage in args.stages:
-        _run_stage(args.model, args.out, stage)
+        (_run_kl if args.kl else _run_stage)(args.model, args.out, stage)
     torch.distributed.barrier()  # both ranks finished writing before either tears down
     torch.distributed.destroy_process_group()
 

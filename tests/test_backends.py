@@ -348,3 +348,102 @@ def test_bad_inputs_are_rejected(model_dir, data):
         backend.update(batch, offset, adv[:-1], whole(batch), LossSettings())
     with pytest.raises(ValueError, match="row indices"):
         backend.update(batch, offset, adv, UpdatePlan([torch.tensor([0, 99])]), LossSettings())
+
+
+# ---------------------------------------------------------------------------------------------
+# The KL reference policy (keep_reference)
+# ---------------------------------------------------------------------------------------------
+
+REF = dataclasses.replace(ADAM, keep_reference=True)
+
+
+def test_kl_to_the_kept_reference_is_exactly_zero_until_the_policy_moves(model_dir, data):
+    """The backend's frozen copy of the starting weights: on the first update (one mini-batch,
+    so every token is scored before any step) the KL is exactly 0; after it, positive; the
+    reference itself never changes."""
+    batch, _, adv = data
+    backend = TorchBackend(REF, model_dir)
+    assert backend.has_reference
+    frozen = {n: p.detach().clone() for n, p in backend.reference.named_parameters()}
+    loss = LossSettings(kl_coef=0.1)
+    m1 = backend.update(batch, backend.logprobs(batch, 4), adv, whole(batch, 3), loss)
+    m2 = backend.update(batch, backend.logprobs(batch, 4), adv, whole(batch, 3), loss)
+    assert m1["losses/kl"] == 0.0
+    assert m2["losses/kl"] > 1e-6
+    assert max_diff(weights(backend), frozen) > 1e-4  # the policy moved ...
+    assert max_diff({n: p.detach() for n, p in backend.reference.named_parameters()},
+                    frozen) == 0.0  # ... its reference did not
+
+
+def test_the_kl_loss_pulls_the_policy_back_to_the_reference(model_dir, data):
+    """With zero advantages the KL term is the only loss: each step lowers the KL (the
+    gradient has the right sign); without it nothing moves."""
+    batch, _, adv = data
+    backend = TorchBackend(REF, model_dir)
+    backend.update(batch, backend.logprobs(batch, 4), adv, whole(batch), LossSettings())
+    zero = torch.zeros(len(batch))
+    kls = [backend.update(batch, backend.logprobs(batch, 4), zero, whole(batch),
+                          LossSettings(kl_coef=1.0))["losses/kl"] for _ in range(4)]
+    assert kls[0] > 1e-4
+    assert all(b < a for a, b in zip(kls, kls[1:])), kls
+
+
+def test_the_reference_comes_from_reference_path(model_dir, data, tmp_path):
+    """A resumed run trains from its checkpoint but keeps the INITIAL policy as reference."""
+    from trainer.tiny import save_tiny
+
+    other = save_tiny(tmp_path / "other", seed=1)
+    backend = create_backend(REF, model_dir, reference_path=other)
+    ref = TorchBackend(BackendConfig(), other)
+    got = {n: p.detach() for n, p in backend.reference.named_parameters()}
+    assert max_diff(got, weights(ref)) == 0.0
+    batch, _, adv = data
+    m = backend.update(batch, backend.logprobs(batch, 4), adv, whole(batch),
+                       LossSettings(kl_coef=0.1))
+    assert m["losses/kl"] > 0.01  # the policy is not the reference
+
+
+def test_kl_without_a_reference_is_a_clear_error(model_dir, data):
+    batch, offset, adv = data
+    backend = TorchBackend(ADAM, model_dir)
+    assert not backend.has_reference
+    with pytest.raises(ValueError, match="kl_coef != 0 needs a reference policy"):
+        backend.update(batch, offset, adv, whole(batch), LossSettings(kl_coef=0.1))
+
+
+def test_reference_memory_is_stated_and_counted_from_the_headers(model_dir):
+    from trainer.backends.reference import (ZERO3_PERSISTENCE_THRESHOLD, reference_memory,
+                                            tensor_sizes)
+
+    sizes = tensor_sizes(model_dir)
+    n = sum(sizes)
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    assert n == sum(p.numel() for p in model.parameters())  # tied weights counted once
+    assert reference_memory(model_dir, REF).bytes_per_rank == 4 * n
+    ds = BackendConfig(kind="deepspeed", zero_stage=3, dtype="bfloat16")
+    assert reference_memory(model_dir, ds, world_size=1).bytes_per_rank == 2 * n
+    sharded = sum(s if s <= ZERO3_PERSISTENCE_THRESHOLD else -(-s // 4) for s in sizes)
+    assert reference_memory(model_dir, ds, world_size=4).bytes_per_rank == 2 * sharded
+    assert "keep_reference" in BackendConfig.__dataclass_fields__
+    help_text = magic.MagicConfig.field_help()["kl_coef"]
+    assert "parameters x 4 bytes" in help_text and "reference_memory_gib" in help_text
+
+
+def test_a_reference_too_large_for_the_memory_is_refused_before_loading(model_dir, monkeypatch):
+    import trainer.backends.torch_backend as tb
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded before the memory check")
+
+    monkeypatch.setattr(tb, "load_causal_lm", no_loading)
+    monkeypatch.setattr(tb, "load_frozen_reference", no_loading)
+    tight = dataclasses.replace(REF, reference_memory_gib=1e-5)  # ~10 KiB
+    with pytest.raises(ValueError, match=r"keeps a frozen reference copy of the policy, which "
+                                         r"needs [\d,]+ parameters x 4 bytes = [\d.]+ \w+ per "
+                                         r"rank \(a full copy\), more than "
+                                         r"backend.reference_memory_gib = 1e-05 GiB"):
+        create_backend(tight, model_dir)
+    with pytest.raises(ValueError, match="reference_memory_gib must be None or > 0"):
+        BackendConfig(reference_memory_gib=0.0)

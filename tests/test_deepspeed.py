@@ -21,12 +21,15 @@ import pytest
 import torch
 
 from tests.ds_worker import (
+    KL_CONFIG,
+    KL_LOSS,
     LINEAR,
     LOSS,
     MICRO_BATCH_SIZE,
     RANK_ROWS,
     full_plan,
     make_batch,
+    one_minibatch,
     rank_rows,
 )
 from tests.backend_fixtures import model_dir, one_torch_thread  # noqa: F401 (fixtures)
@@ -202,3 +205,73 @@ def test_two_ranks_under_the_deepspeed_launcher_equal_one_process(model_dir, tmp
                     "losses/num_tokens"):
             assert metrics[key] == pytest.approx(ref_metrics[key], rel=rel_tol(key), abs=1e-7), key
         assert (out / f"ckpt{stage}" / "model.safetensors").is_file()
+
+
+# -- the KL reference policy -------------------------------------------------------------------
+
+def torch_kl_updates(model_dir: Path) -> tuple[dict, dict]:
+    """TorchBackend with a reference, on the whole batch: the two updates' metrics."""
+    backend = TorchBackend(KL_CONFIG, model_dir)
+    batch, _, adv = make_batch()
+    plan = one_minibatch(len(batch))
+    first = backend.update(batch, backend.logprobs(batch, 4), adv, plan, KL_LOSS)
+    second = backend.update(batch, backend.logprobs(batch, 4), adv, plan, KL_LOSS)
+    return first, second
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("stage", [0, 3])
+def test_world_of_one_kl_reference_equals_torch_backend(model_dir, stage):
+    want_first, want_second = torch_kl_updates(model_dir)
+    batch, _, adv = make_batch()
+    backend = ds_backend(model_dir, stage, KL_CONFIG)
+    try:
+        assert backend.has_reference
+        plan = one_minibatch(len(batch))
+        first = backend.update(batch, backend.logprobs(batch, 4), adv, plan, KL_LOSS)
+        second = backend.update(batch, backend.logprobs(batch, 4), adv, plan, KL_LOSS)
+    finally:
+        backend.close()
+    assert first["losses/kl"] == 0.0 == want_first["losses/kl"]
+    assert second["losses/kl"] > 1e-6
+    assert second["losses/kl"] == pytest.approx(want_second["losses/kl"], rel=1e-4)
+
+
+@pytest.fixture(scope="module")
+def wide_model_dir(tmp_path_factory) -> Path:
+    """hidden 128: the embedding (1,205 x 128 = 154K entries) is above DeepSpeed's ZeRO-3
+    persistence threshold (100K), so it is really partitioned over the ranks."""
+    from trainer.tiny import save_tiny
+
+    return save_tiny(tmp_path_factory.mktemp("wide"), hidden_size=128, intermediate_size=256)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_kl_reference_on_two_ranks_under_zero3(wide_model_dir, tmp_path):
+    """Two ranks under the deepspeed launcher, ZeRO-3, uneven shares: the reference policy is
+    partitioned exactly like the policy (the same shard on every parameter, the embedding
+    really split), the KL is exactly 0 on the first update and positive after it, the same on
+    both ranks, and equal to the single-process TorchBackend's on the whole batch."""
+    from trainer.backends.deepspeed_backend import free_port
+
+    out = tmp_path / "out"
+    cmd = _launcher() + ["--num_gpus", "2", "--master_port", str(free_port()),
+                         str(ROOT / "tests" / "ds_worker.py"), "--model", str(wide_model_dir),
+                         "--out", str(out), "--stages", "3", "--kl"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+           "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=400)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    ranks = [torch.load(out / f"kl3_rank{r}.pt", weights_only=True) for r in (0, 1)]
+    want_first, want_second = torch_kl_updates(wide_model_dir)
+    for res in ranks:
+        assert res["world_size"] == 2
+        assert res["first"]["losses/kl"] == 0.0
+        assert res["second"]["losses/kl"] == pytest.approx(want_second["losses/kl"], rel=1e-4)
+        assert res["second"]["losses/kl"] > 1e-6
+        assert res["reference"] == res["policy"]  # sharded like the policy
+        embed = res["reference"]["model.embed_tokens.weight"]
+        assert embed[0][0] * 2 >= embed[1] > embed[0][0]  # half of it on each rank
+    assert ranks[0]["second"] == pytest.approx(ranks[1]["second"], rel=1e-12)

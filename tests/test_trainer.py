@@ -150,7 +150,8 @@ def test_unreachable_verifier_fails_before_models_load(data, tmp_path) -> None:
 # -- a real run ------------------------------------------------------------------------------
 
 def test_run_writes_the_run_directory_contract(data, policy, tmp_path) -> None:
-    r = run_cli(["--config", "trainer/configs/demo.yaml", *overrides(data, tmp_path, policy)])
+    r = run_cli(["--config", "trainer/configs/demo.yaml",
+                 *overrides(data, tmp_path, policy, log__samples_every=2, log__samples_prompts=2)])
     assert r.returncode == 0, r.stderr[-3000:]
     run = tmp_path / "t"
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
@@ -172,6 +173,20 @@ def test_run_writes_the_run_directory_contract(data, policy, tmp_path) -> None:
     model = AutoModelForCausalLM.from_pretrained(run / "checkpoints" / latest / "model")
     assert sum(p.numel() for p in model.parameters()) > 0
     assert "run t" in r.stdout  # the summary table
+    # sample completions every 2 steps: 2 prompts x their group of 4, with the verdicts
+    assert sorted(p.name for p in (run / "samples").iterdir()) == ["step_000002.jsonl"]
+    lines = (run / "samples" / "step_000002.jsonl").read_text().splitlines()
+    samples = [json.loads(x) for x in lines]
+    assert len(samples) == 8 and len({x["id"] for x in samples}) == 2
+    assert sorted(x["sample"] for x in samples) == [0, 0, 1, 1, 2, 2, 3, 3]
+    for x in samples:
+        assert x["step"] == 2 and x["prompt"].startswith("Compute max(")
+        assert isinstance(x["response"], str) and x["reward"] in (0.0, 1.0)
+        assert x["status"] in ("CORRECT", "INCORRECT", "NO_ANSWER")
+        assert isinstance(x["truncated"], bool) and 1 <= x["tokens"] <= 6
+        assert not x["truncated"] or x["tokens"] == 6  # cut only at stage a's limit
+        assert x["ground_truth"].isdigit()
+    assert 0.0 <= rows[2]["reward/no_answer_frac"] <= 1.0
 
 
 def test_verification_overlaps_generation(data, policy, tmp_path) -> None:
@@ -293,6 +308,53 @@ def test_run_with_vllm_engine_and_deepspeed_backend(data, policy, tmp_path) -> N
     rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in rows] == [1, 2]
     assert all(x["time/sync"] > 0 for x in rows if x["filtered/frac"] < 1.0)
+
+
+def test_plot_means_stay_within_a_stage() -> None:
+    from trainer.plot import stage_starts, trailing_mean
+
+    assert trailing_mean([1, 2, 3, 4, 5], 2) == [1, 1.5, 2.5, 3.5, 4.5]
+    assert trailing_mean([1, 1, 1, 5, 5], 10, starts=[3]) == [1, 1, 1, 5, 5]
+    rows = [{"step": 0, "stage": 0, "eval/accuracy": 0.1}] + [
+        {"step": s, "stage": int(s > 2), "reward/mean": 0.0,
+         "stage/max_response_length": 6 if s <= 2 else 8} for s in range(1, 5)]
+    assert stage_starts(rows) == [(1, 0, 6), (3, 1, 8)]
+
+
+# -- the KL reference policy ---------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["torch", "deepspeed"])
+def test_kl_loss_trains_with_a_reference_policy(data, policy, tmp_path, backend) -> None:
+    """magic.kl_coef > 0 on both backends (DeepSpeed: ZeRO-3, a world of one): the backend keeps
+    the initial policy, losses/kl is logged every step, exactly 0 on the first update (the
+    policy is still the reference) and positive on every later one."""
+    extra = ({"backend__kind": "deepspeed", "backend__zero_stage": 3}
+             if backend == "deepspeed" else {})
+    r = run_cli(["--config", "trainer/configs/demo.yaml",
+                 *overrides(data, tmp_path, policy, total_steps=5, eval__every_steps=0,
+                            checkpoint_every=0, magic__kl_coef=0.05, **extra)],
+                env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
+    assert all("losses/kl" in x for x in rows)
+    updated = [x for x in rows if not x["update/skipped"]]
+    assert len(updated) >= 2, [x["filtered/frac"] for x in rows]
+    assert updated[0]["losses/kl"] == 0.0
+    assert all(x["losses/kl"] > 0 for x in updated[1:])
+    assert all(x["losses/kl"] is None for x in rows if x["update/skipped"])
+    assert (tmp_path / "t" / "plots" / "kl.png").stat().st_size > 1000
+
+
+def test_kl_reference_too_large_for_the_memory_is_refused_before_loading(data, tmp_path) -> None:
+    from trainer.loop import Trainer
+
+    cfg = demo_config(data, tmp_path, magic__kl_coef=0.1, backend__reference_memory_gib=1e-6,
+                      warm_start__steps=5)
+    with pytest.raises(ValueError, match=r"needs [\d,]+ parameters x 4 bytes = .* per rank "
+                                         r"\(a full copy\), more than "
+                                         r"backend.reference_memory_gib = 1e-06 GiB"):
+        Trainer(cfg)
+    assert not (tmp_path / "t" / "warm_start").exists()  # refused before the warm start
 
 
 # -- data ------------------------------------------------------------------------------------

@@ -111,7 +111,14 @@ class MagicConfig:
     # --- KL to a reference policy ---------------------------------------------------------
     kl_coef: float = _f(0.0, (
         "Coefficient beta of a KL loss to the reference (initial) policy, >= 0. Default 0: MAGIC "
-        "keeps no reference model. Skywork-OR1 §3 'No KL Loss' (the KL ablation uses > 0)."))
+        "keeps no reference model. Skywork-OR1 §3 'No KL Loss' (the KL ablation uses > 0). "
+        "> 0 keeps a frozen copy of the initial policy (after any warm start) beside the trained "
+        "one, in both backends, and logs losses/kl every step. Memory: one more copy of the "
+        "weights per rank, parameters x 4 bytes (float32; 2 in DeepSpeed's bf16 mode), divided "
+        "over the ranks under ZeRO-3, which shards it like the policy: 7B in bf16 is about "
+        "14 GiB on one rank, 1.8 GiB per rank over 8. Checked before anything loads against "
+        "backend.reference_memory_gib (default: the free memory); a model that does not fit is "
+        "refused with the numbers."))
     kl_estimator: KLEstimator = _f("k3", (
         "KL estimator when kl_coef > 0: 'k1' = log(pi/pi_ref) or 'k3' = r - 1 - log r with "
         "r = pi_ref/pi (non-negative, low variance; GRPO's choice). Default 'k3'."))

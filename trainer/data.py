@@ -14,6 +14,8 @@ the same files). This module adds what training needs on top: the chat prompt of
 - LiveCodeBench rows: LiveCodeBench's prompt for the model style (``lcb_style``): its generic
   template as the user message, or its DeepSeekR1 template, a whole prompt text with DeepSeek's
   special-token markers (``Problem.raw_prompt``), which LiveCodeBench uses for R1-distill models.
+- plain JSONL rows keep their ``extra`` object in ``Problem.extra`` (the toy world stores each
+  problem's level and reference response there).
 
 A malformed row is a :class:`DataError` naming the file and row, unless ``skip_invalid`` is set,
 in which case it is skipped and counted (never a silent drop). Rows outside the date window are

@@ -161,11 +161,14 @@ class TrainingBackend(Protocol):
                ref_logprobs: torch.Tensor | None = None) -> dict[str, float]:
         """Apply ``plan``: for each mini-batch, accumulate gradients over micro-batches with
         the mini-batch's GLOBAL response-token count (trainer.magic.token_mean_denominator),
-        clip the grad norm, one optimizer step. ``advantages`` is ``[B]``. Returns metrics
+        clip the grad norm, one optimizer step. ``advantages`` is ``[B]``. ``ref_logprobs``
+        (``[B, L-1]``) is needed only for a KL loss on a backend that keeps no reference policy
+        of its own; one that does scores every micro-batch with it. Returns metrics
         merged over the mini-batches: ``losses/policy``, ``losses/clipfrac``,
         ``losses/clipfrac_low``, ``losses/clipfrac_high``, ``losses/approx_kl``,
         ``losses/entropy_bonus``, ``entropy`` (token-mean entropy of the full next-token
-        distribution over response tokens), ``grad_norm``, ``lr``."""
+        distribution over response tokens), ``grad_norm``, ``lr``, and ``losses/kl`` when there
+        is a reference."""
         ...
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from trainer import dist, magic
+from trainer.backends.reference import check_reference_memory
 from trainer.data import PromptSampler, Problem, load_problems
 from trainer.hf_utils import CheckpointError, load_tokenizer, problem_prompt_ids
 from trainer.interfaces import Completion, LossSettings, SamplingParams, TokenBatch, UpdatePlan
@@ -34,7 +35,9 @@ from trainer.metrics_log import MetricsLogger
 from trainer.rewards import (NOT_A_VERDICT, RewardClient, RewardError, RewardStream,
                              check_verdicts)
 from trainer.run_config import RunConfig
+from trainer.samples import sample_rows, write_samples
 from trainer.schedule import response_indices
+from verifier.items import Status
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +88,8 @@ class Trainer:
         self.layout = dist.Layout(self.rank, self.world, cfg.engine.tensor_parallel_size
                                   if self.world > 1 else 1)
         model_path = self._initial_model_path()
+        if cfg.magic.kl_coef > 0:  # the reference copy must fit: refused before anything loads
+            check_reference_memory(model_path, self._backend_config(), self.world)
         self.tokenizer = load_tokenizer(cfg.tokenizer_path or model_path)
         self.train, skipped = load_problems(cfg.data.train_files,
                                             instruction_suffix=cfg.data.instruction_suffix,
@@ -110,11 +115,11 @@ class Trainer:
         self.schedule = cfg.magic.stage_schedule()
         self.off_policy = cfg.magic.off_policy()
         self._connect_verifier()
-        if latest is not None:
-            model_path = latest / "model"
-        elif cfg.warm_start.steps > 0:
+        if cfg.warm_start.steps > 0:  # on resume the warm start's folder is already there
             model_path = self._warm_start(model_path)
-        self._load_models(model_path)
+        # The KL reference is the initial policy (after the warm start), also when resuming.
+        self._load_models(latest / "model" if latest is not None else model_path,
+                          reference_path=model_path)
         if latest is not None:
             self._restore(latest)
         if self.rank == 0:  # one writer for the run directory's files
@@ -152,6 +157,16 @@ class Trainer:
             self.close()
             raise
 
+    def _explain(self, error: RewardError) -> RewardError:
+        """The error, with the local verifier's exit status and last output lines when it is
+        the one that died (its output is otherwise only in memory)."""
+        v = self._local_verifier
+        if v is None or v.proc.poll() is None:
+            return error
+        tail = "".join(list(v.lines)[-20:])
+        return RewardError(f"{error}; the local verifier exited with status "
+                           f"{v.proc.returncode}, its last output:\n{tail}")
+
     def _warm_start(self, model_path: Path) -> Path:
         from trainer.warmstart import warm_start
 
@@ -161,17 +176,20 @@ class Trainer:
                        out, seed=self.cfg.seed, prompt_ids=self.prompt_ids)
         return out
 
-    def _load_models(self, model_path: Path) -> None:
-        from dataclasses import replace
+    def _backend_config(self) -> Any:
+        """The backend config with the MAGIC optimizer settings, and a KL reference policy
+        when ``magic.kl_coef > 0``."""
+        m = self.cfg.magic
+        return dataclasses.replace(self.cfg.backend, lr=m.lr, betas=tuple(m.betas),
+                                   weight_decay=m.weight_decay, grad_clip=m.grad_clip,
+                                   seed=self.cfg.seed, keep_reference=m.kl_coef > 0)
 
+    def _load_models(self, model_path: Path, reference_path: Path) -> None:
         from trainer.backends import create_backend
         from trainer.engines import create_engine
 
-        m = self.cfg.magic
-        backend_cfg = replace(self.cfg.backend, lr=m.lr, betas=tuple(m.betas),
-                              weight_decay=m.weight_decay, grad_clip=m.grad_clip,
-                              seed=self.cfg.seed)
-        self.backend = create_backend(backend_cfg, model_path)
+        self.backend = create_backend(self._backend_config(), model_path,
+                                      reference_path=reference_path)
         if (self.backend.rank, self.backend.world_size) != (self.rank, self.world):
             raise RuntimeError(f"backend reports rank {self.backend.rank} of "
                                f"{self.backend.world_size}, the launcher {self.rank} of {self.world}")
@@ -233,7 +251,10 @@ class Trainer:
         if not cfg.verifier.stream:
             on_done(completions)
         completions = owned(completions)
-        results, t_verify_wait = rewards_stream.wait(cfg.verifier.timeout_s)
+        try:
+            results, t_verify_wait = rewards_stream.wait(cfg.verifier.timeout_s)
+        except RewardError as e:
+            raise self._explain(e) from e
 
         ids = [f"{step}:{self.rank}:{c.prompt_index}:{c.sample_index}" for c in completions]
         judged = torch.tensor([results[i].status not in NOT_A_VERDICT for i in ids])  # [N]
@@ -241,6 +262,10 @@ class Trainer:
             check_verdicts(results)
         rewards = torch.tensor([results[i].reward for i in ids], dtype=torch.float32)  # [N]
         truncated = torch.tensor([c.truncated for c in completions])  # [N]
+        every = cfg.log.samples_every
+        if self.rank == 0 and every and step % every == 0:
+            write_samples(self.run_dir, step, sample_rows(step, problems, completions, results,
+                                                          ids, cfg.log.samples_prompts))
         G = m.group_size
         keep = magic.filter_groups(rewards, G) if m.online_filter else torch.ones_like(judged)
         unjudged_groups = ~judged.view(-1, G).all(dim=1)  # [P]
@@ -250,13 +275,15 @@ class Trainer:
         metrics: dict[str, Any] = {"step": step, "stage": self.schedule.index,
                                    "stage/max_response_length": stage.max_response_length}
         # Statistics over the whole rollout batch, gathered from every rank (a sync point).
+        no_answer = [results[i].status == Status.NO_ANSWER for i in ids]
         stats = dist.gather(([problems[c.prompt_index].data_source for c in completions],
                              [len(c.token_ids) for c in completions], rewards.tolist(),
-                             truncated.tolist(), keep.tolist(), (~judged).tolist()))
-        g_src, g_len, g_rew, g_trunc, g_keep, g_unj = (sum((x[i] for x in stats), [])
-                                                       for i in range(6))
+                             truncated.tolist(), keep.tolist(), (~judged).tolist(), no_answer))
+        g_src, g_len, g_rew, g_trunc, g_keep, g_unj, g_none = (sum((x[i] for x in stats), [])
+                                                               for i in range(7))
         metrics.update(_reward_metrics(g_src, g_len, torch.tensor(g_rew),
                                        torch.tensor(g_trunc), G))
+        metrics["reward/no_answer_frac"] = sum(g_none) / len(g_none)
         metrics["filtered/frac"] = 1.0 - sum(g_keep) / len(g_keep)
         metrics["reward/unjudged"] = int(sum(g_unj))
         metrics["rollout/responses"] = len(g_len)  # every rank's, each judged once
@@ -289,6 +316,8 @@ class Trainer:
             # the controller is not moved.
             metrics.update({"losses/policy": 0.0, "losses/clipfrac": 0.0, "entropy": None,
                             "entropy/coef": coef, "entropy/next_coef": coef})
+            if m.kl_coef > 0:
+                metrics["losses/kl"] = None  # not measured on this step
         metrics["update/skipped"] = int(not any_kept)
         t_update = time.monotonic() - t0
 
@@ -327,6 +356,9 @@ class Trainer:
                                      [self.prompt_ids(p) for p in probs], params,
                                      timeout_s=self.cfg.verifier.timeout_s,
                                      after_generate=lambda _c: engine.sleep(), owns=lay.owns)
+        except RewardError as err:
+            engine.sleep()
+            raise self._explain(err) from err
         except BaseException:
             engine.sleep()
             raise

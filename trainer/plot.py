@@ -1,21 +1,28 @@
 """``trainer plot runs/NAME``: PNG plots of a run from its metrics.jsonl.
 
-reward.png (reward, by source, eval accuracy), entropy.png (entropy and its coefficient),
-length.png (response length and truncation), time.png (time breakdown per step).
+Each plot marks the stage boundaries (a dashed line, with the stage's response limit), so the
+plots tell the stage story together:
+
+- reward.png: training reward (per step, and its 10-step mean) and held-out accuracy (overall
+  and per data source);
+- entropy.png: the policy's token entropy against the adaptive controller's target, and the
+  entropy coefficient;
+- length.png: mean response length under the stage's length limit, the truncated fraction and
+  the share of responses without an answer;
+- kl.png (runs with a KL loss): KL to the reference policy;
+- time.png: time breakdown per step.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Iterable
+from typing import Any
 
-PLOTS = {
-    "reward.png": ("reward and evaluation accuracy", ["reward/mean", "eval/accuracy"], "reward/by_source/"),
-    "entropy.png": ("entropy and its coefficient", ["entropy", "entropy/coef"], None),
-    "length.png": ("response length and truncation", ["response_length/mean", "truncated/frac"], None),
-    "time.png": ("time per step (s)", ["time/generate", "time/verify_wait", "time/update", "time/sync", "time/eval"], None),
-}
-SECONDARY = {"entropy/coef", "truncated/frac"}
+import yaml
+
+SMOOTH = 10  # steps in the trailing mean drawn over noisy per-step series
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
@@ -23,6 +30,42 @@ def read_metrics(run_dir: Path) -> list[dict]:
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {run_dir} a run directory?")
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def _config(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / "config.yaml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+
+
+def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of ``key`` where it is a number (skipped steps log None)."""
+    pts = [(r["step"], float(r[key])) for r in rows
+           if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
+    return [s for s, _ in pts], [v for _, v in pts]
+
+
+def trailing_mean(values: list[float], window: int = SMOOTH,
+                  starts: Iterable[int] = ()) -> list[float]:
+    """Mean of the last ``window`` values at each point, restarting at every index in
+    ``starts`` (a stage boundary: the mean never mixes two stages)."""
+    out: list[float] = []
+    first = 0
+    restart = set(starts)
+    for i in range(len(values)):
+        if i in restart:
+            first = i
+        part = values[max(first, i - window + 1): i + 1]
+        out.append(sum(part) / len(part))
+    return out
+
+
+def stage_starts(rows: list[dict]) -> list[tuple[int, int, Any]]:
+    """(first step, stage index, max response length) of every stage seen in the run."""
+    out: list[tuple[int, int, Any]] = []
+    for r in rows:
+        if "stage" in r and "reward/mean" in r and (not out or r["stage"] != out[-1][1]):
+            out.append((r["step"], r["stage"], r.get("stage/max_response_length")))
+    return out
 
 
 def plot_run(run_dir: Path) -> list[Path]:
@@ -33,46 +76,104 @@ def plot_run(run_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     rows = read_metrics(run_dir)
+    cfg = _config(run_dir)
+    magic_cfg = cfg.get("magic") or {}
     out_dir = Path(run_dir) / "plots"
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, (title, keys, prefix) in PLOTS.items():
-        all_keys = list(keys)
-        if prefix:
-            all_keys += sorted({k for r in rows for k in r if k.startswith(prefix)})
-        fig, ax = plt.subplots(figsize=(7, 4))
-        ax2 = None
-        if name == "time.png":
-            series = [(k, [(r["step"], r[k]) for r in rows if k in r and r.get("step", 0) > 0])
-                      for k in all_keys]
-            series = [(k, pts) for k, pts in series if pts]
-            steps = sorted({s for _, pts in series for s, _ in pts})
-            bottom = [0.0] * len(steps)
-            for k, pts in series:
-                d = dict(pts)
-                vals = [d.get(s, 0.0) for s in steps]
-                ax.bar(steps, vals, bottom=bottom, label=k)
-                bottom = [b + v for b, v in zip(bottom, vals)]
-        else:
-            for k in all_keys:
-                pts = [(r["step"], r[k]) for r in rows if isinstance(r.get(k), (int, float))]
-                if not pts:
-                    continue
-                target = ax
-                if k in SECONDARY:
-                    ax2 = ax2 or ax.twinx()
-                    target = ax2
-                xs, ys = zip(*pts)
-                style = "o-" if k.startswith("eval/") else "-"
-                target.plot(xs, ys, style, label=k, markersize=3)
-            if ax2 is not None:
-                ax2.legend(loc="lower right", fontsize=8)
+    stages = stage_starts(rows)
+
+    def noisy(ax, key: str, color: str, label: str | None = None, style: str = "-") -> None:
+        xs, ys = series(rows, key)
+        if xs:
+            firsts = {step for step, _, _ in stages[1:]}
+            starts = [i for i, x in enumerate(xs) if x in firsts or (i and any(
+                xs[i - 1] < f <= x for f in firsts))]
+            ax.plot(xs, ys, style, color=color, alpha=0.25, linewidth=0.8)
+            ax.plot(xs, trailing_mean(ys, SMOOTH, starts), style, color=color,
+                    label=label or key)
+
+    def mark_stages(ax) -> None:
+        for i, (step, index, limit) in enumerate(stages):
+            if i:
+                ax.axvline(step - 0.5, color="grey", linestyle="--", linewidth=0.8)
+            name = f"stage {index + 1}" + (f": {limit} tokens" if limit else "")
+            ax.annotate(name, xy=(step, 1.0), xycoords=("data", "axes fraction"),
+                        xytext=(3, -12), textcoords="offset points", fontsize=8, color="grey")
+
+    def finish(fig, ax, title: str, name: str, ax2=None, right_loc: str = "upper right") -> Path:
+        mark_stages(ax)
         ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.legend(loc="upper left", fontsize=8)
+        ax.set_xlabel(f"step (faint: every step; solid: {SMOOTH}-step mean within each stage)",
+                      fontsize=8)
+        ax.legend(loc="upper left", fontsize=7, bbox_to_anchor=(0.0, 0.93))
+        if ax2 is not None:
+            ax2.legend(loc=right_loc, fontsize=7,
+                       bbox_to_anchor=(1.0, 0.93) if right_loc == "upper right" else None)
         fig.tight_layout()
         path = out_dir / name
-        fig.savefig(path, dpi=100)
+        fig.savefig(path, dpi=80)
         plt.close(fig)
-        written.append(path)
+        return path
+
+    written = []
+    # reward and held-out accuracy
+    fig, ax = plt.subplots(figsize=(7, 4))
+    noisy(ax, "reward/mean", "tab:blue", "training reward")
+    eval_keys = ["eval/accuracy"] + sorted({k for r in rows for k in r
+                                            if k.startswith("eval/") and "/avg@" in k})
+    for k, style in zip(eval_keys, ["o-", "s--", "^--", "v--", "D--", "x--"]):
+        xs, ys = series(rows, k)
+        if xs:
+            ax.plot(xs, ys, style, markersize=4, label="held-out " + (
+                "accuracy" if k == "eval/accuracy" else k[len("eval/"):]))
+    ax.set_ylim(0, 1.05)
+    written.append(finish(fig, ax, "reward and held-out accuracy", "reward.png"))
+
+    # entropy against its target
+    fig, ax = plt.subplots(figsize=(7, 4))
+    noisy(ax, "entropy", "tab:purple", "entropy (nats per token)")
+    target = magic_cfg.get("entropy_target")
+    if target is not None and magic_cfg.get("entropy_mode", "adaptive") == "adaptive":
+        ax.axhline(float(target), color="tab:purple", linestyle=":",
+                   label=f"target {float(target):g}")
+    ax2 = ax.twinx()
+    xs, ys = series(rows, "entropy/coef")
+    if xs:
+        ax2.plot(xs, ys, "-", color="tab:orange", linewidth=1, label="entropy coefficient")
+    ax.set_ylim(bottom=0)
+    written.append(finish(fig, ax, "entropy and its adaptive coefficient", "entropy.png", ax2))
+
+    # length, limit, truncation
+    fig, ax = plt.subplots(figsize=(7, 4))
+    noisy(ax, "response_length/mean", "tab:green", "response length (tokens)")
+    xs, ys = series(rows, "stage/max_response_length")
+    if xs:
+        ax.step(xs, ys, where="post", color="tab:green", linestyle=":",
+                label="stage length limit")
+    ax.set_ylim(bottom=0)
+    ax2 = ax.twinx()
+    noisy(ax2, "truncated/frac", "tab:red", "truncated fraction")
+    noisy(ax2, "reward/no_answer_frac", "black", "no answer (NO_ANSWER)", style="--")
+    ax2.set_ylim(0, 1.05)
+    written.append(finish(fig, ax, "response length, length limit and truncation",
+                          "length.png", ax2, right_loc="center right"))
+
+    if any(isinstance(r.get("losses/kl"), (int, float)) for r in rows):
+        fig, ax = plt.subplots(figsize=(7, 4))
+        noisy(ax, "losses/kl", "tab:cyan", "KL to the reference policy")
+        written.append(finish(fig, ax, f"KL loss (coefficient {magic_cfg.get('kl_coef')})",
+                              "kl.png"))
+
+    # time per step
+    fig, ax = plt.subplots(figsize=(7, 4))
+    steps = sorted({r["step"] for r in rows if r.get("step", 0) > 0})
+    bottom = [0.0] * len(steps)
+    for k in ["time/generate", "time/verify_wait", "time/update", "time/sync", "time/eval"]:
+        d = dict(zip(*series(rows, k)))
+        if not d:
+            continue
+        vals = [d.get(s, 0.0) for s in steps]
+        ax.bar(steps, vals, bottom=bottom, label=k)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    written.append(finish(fig, ax, "time per step (s)", "time.png"))
     return written

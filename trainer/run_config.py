@@ -91,7 +91,9 @@ class WarmStartSettings:
     lr: float = 1e-3
     batch_size: int = 32
     response_template: str = "\\boxed{{{answer}}}"
-    """Target response for a problem, formatted with ``answer`` (the ground truth)."""
+    """Target response for a problem, formatted with ``answer`` (the ground truth) and the
+    problem's string ``extra`` fields: ``"{reference}"`` trains on the toy world's reference
+    responses (datasets/toyworld.py)."""
 
 
 @dataclass
@@ -104,6 +106,9 @@ class TinyModelSettings:
     kv_heads: int = 2
     intermediate_size: int = 256
     max_positions: int = 512
+    digits_per_token: int = 3
+    """Numbers are tokenized in chunks of up to this many digits (1-3). Default 3 (GPT-4-style);
+    the toy world uses 1 so that the model reads and writes single digits."""
 
 
 @dataclass
@@ -116,6 +121,12 @@ class LogSettings:
     """Live progress bar with reward, entropy and stage ("auto": on a terminal only)."""
     plots: bool = True
     """Write PNG plots at the end of the run (also: ``trainer plot runs/NAME``)."""
+    samples_every: int = 10
+    """Every N steps, write sample completions to ``samples/step_NNNNNN.jsonl`` (prompt,
+    response, reward, verifier status, truncated), to read what the policy writes; 0: never.
+    Default 10: a few KB per file."""
+    samples_prompts: int = 4
+    """Prompts per samples file, each with its whole group of responses. Default 4."""
 
 
 @dataclass
@@ -191,6 +202,9 @@ class RunConfig:
             raise ValueError(f"verifier.client: {e}") from None
         if self.micro_batch_size < 1:
             raise ValueError("micro_batch_size must be >= 1")
+        if self.log.samples_every < 0 or self.log.samples_prompts < 1:
+            raise ValueError("log.samples_every must be >= 0 and log.samples_prompts >= 1, got "
+                             f"{self.log.samples_every} and {self.log.samples_prompts}")
         if self.name in ("", ".", "..") or "/" in self.name:
             raise ValueError(f"name {self.name!r} must be a plain directory name")
 

@@ -1,8 +1,8 @@
 """A tiny Qwen2-architecture model and a character-level tokenizer, built from nothing.
 
-No weights or tokenizers can be downloaded here (DESIGN.md 7), so tests and the CPU demo build
-their model from a config and their tokenizer with the ``tokenizers`` library, then save both in
-Hugging Face format to a directory that ``transformers`` and vLLM load like any checkpoint.
+Nothing is downloaded at run time, so tests and the CPU demo build their model from a config and
+their tokenizer with the ``tokenizers`` library, then save both in Hugging Face format to a
+directory that ``transformers`` and vLLM load like any checkpoint.
 """
 
 from __future__ import annotations
@@ -13,9 +13,18 @@ from pathlib import Path
 
 PAD, EOS, UNK = "<|endoftext|>", "<|im_end|>", "<unk>"
 IM_START = "<|im_start|>"
-# Multi-character tokens first: the pre-tokenizer matches them before single characters.
-WORDS = ["\\boxed", "<think>", "</think>", "user", "assistant", "system"]
-NUMBERS = [f"{i:0{width}d}" for width in (1, 2, 3) for i in range(10**width)]
+# Multi-character tokens first: the pre-tokenizer matches them before single characters. The code
+# words keep a small program short (the toy world's code answers: datasets/toyworld.py).
+WORDS = ["\\boxed", "<think>", "</think>", "user", "assistant", "system",
+         "```python", "```", "def", "return", "    "]
+
+
+def numbers(digits_per_token: int) -> list[str]:
+    """Number tokens: every string of 1..``digits_per_token`` digits."""
+    return [f"{i:0{width}d}" for width in range(1, digits_per_token + 1) for i in range(10**width)]
+
+
+NUMBERS = numbers(3)
 CHARS = list(string.ascii_letters + " +-*/=()?,.:;!{}[]<>\n_'\"\\^$%")
 
 # Qwen-style chat template (Jinja), so prompts go through tokenizer.apply_chat_template.
@@ -25,20 +34,23 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer():
-    """A character-level fast tokenizer (numbers in chunks of up to 3 digits) with a chat
-    template (PreTrainedTokenizerFast)."""
+def build_tokenizer(digits_per_token: int = 3):
+    """A character-level fast tokenizer (numbers in chunks of up to ``digits_per_token``
+    digits) with a chat template (PreTrainedTokenizerFast)."""
     import re
 
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
+    if not 1 <= digits_per_token <= 3:
+        raise ValueError(f"digits_per_token must be 1, 2 or 3, got {digits_per_token}")
     specials = [PAD, IM_START, EOS, UNK]
-    vocab = {tok: i for i, tok in enumerate(specials + WORDS + NUMBERS + CHARS)}
+    vocab = {tok: i for i, tok in enumerate(specials + WORDS + numbers(digits_per_token) + CHARS)}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    # Numbers are split into chunks of up to 3 digits (as GPT-4-style tokenizers do), so a
-    # 2-digit number is one token; everything else is one character per token.
-    pattern = "|".join(re.escape(w) for w in WORDS) + "|\\d{1,3}|."
+    # Numbers are split into chunks of up to 3 digits by default (as GPT-4-style tokenizers do),
+    # so a 2-digit number is one token; with 1, every digit is its own token (the toy world's
+    # digit-by-digit scratchpad). Everything else is one character per token.
+    pattern = "|".join(re.escape(w) for w in WORDS) + f"|\\d{{1,{digits_per_token}}}|."
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
     tok.decoder = decoders.Fuse()
     fast = PreTrainedTokenizerFast(
@@ -67,11 +79,11 @@ def build_model(vocab_size: int, *, hidden_size: int = 64, layers: int = 2, head
     return Qwen2ForCausalLM(config)
 
 
-def save_tiny(path: str | Path, **model_kwargs) -> Path:
+def save_tiny(path: str | Path, digits_per_token: int = 3, **model_kwargs) -> Path:
     """Build the tokenizer and a tiny model and save both to ``path`` (HF format)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(digits_per_token)
     model = build_model(
         len(tokenizer), eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
         **model_kwargs,

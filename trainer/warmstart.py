@@ -19,10 +19,27 @@ from trainer.data import Problem
 log = logging.getLogger(__name__)
 
 
+def target_response(template: str, problem: Problem) -> str:
+    """The warm start's target for ``problem``: ``template`` formatted with ``answer`` (the
+    ground truth) and the problem's string ``extra`` fields (e.g. ``{reference}``).
+
+    Raises:
+        ValueError: the template names a field the problem does not have.
+    """
+    fields = {k: v for k, v in problem.extra.items() if isinstance(v, str)}
+    try:
+        return template.format(**{**fields, "answer": problem.ground_truth})
+    except (KeyError, IndexError) as e:
+        raise ValueError(f"warm_start.response_template {template!r} needs {e}, which problem "
+                         f"{problem.id} does not have (its string extra fields: "
+                         f"{sorted(fields)})") from None
+
+
 def warm_start(model_path: Path, tokenizer: Any, problems: Sequence[Problem], settings: Any,
                out_dir: Path, *, seed: int, prompt_ids: Callable[[Problem], list[int]]) -> Path:
     from transformers import AutoModelForCausalLM
 
+    targets = {p.id: target_response(settings.response_template, p) for p in problems}
     torch.manual_seed(seed)
     rng = random.Random(seed)
     model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
@@ -34,9 +51,8 @@ def warm_start(model_path: Path, tokenizer: Any, problems: Sequence[Problem], se
         batch = [problems[rng.randrange(len(problems))] for _ in range(settings.batch_size)]
         seqs, starts = [], []
         for p in batch:
-            target = settings.response_template.format(answer=p.ground_truth)
             ids = prompt_ids(p)
-            resp = tokenizer(target, add_special_tokens=False)["input_ids"] + [eos]
+            resp = tokenizer(targets[p.id], add_special_tokens=False)["input_ids"] + [eos]
             seqs.append(ids + resp)
             starts.append(len(ids))
         L = max(len(s) for s in seqs)

@@ -170,6 +170,9 @@ def parse_row(row: Any, where: str, index: int = 0) -> ProblemRow:
         ground_truth = row.get("ground_truth")
         domain = row.get("domain", "math")
         pid = row.get("id")
+        extra = row.get("extra") or {}  # kept for filters and tools (the toy world's levels)
+        if not isinstance(extra, dict):
+            raise DataError(f"{where}: 'extra' must be an object")
     if pid is None or isinstance(pid, bool) or not isinstance(pid, (str, int)):
         raise DataError(f"{where}: missing 'id'")
     if domain not in ("math", "code"):

@@ -6,6 +6,8 @@
 
 Both share one forward pass and one MAGIC update loop (:mod:`trainer.backends.common`), so the
 loss, the global-token-count rule (DESIGN.md 4) and the metrics are identical by construction.
+With ``keep_reference`` both also hold a frozen KL reference policy, whose memory
+:mod:`trainer.backends.reference` checks before anything loads.
 
 This module imports no torch: :class:`BackendConfig` is usable by the config layer and the CLI
 without the training stack; :func:`create_backend` imports the backend it builds.
@@ -79,6 +81,18 @@ class BackendConfig:
         "Token positions per chunk when computing log-softmax statistics and the full-vocabulary "
         "entropy, >= 1. Default 1024: bounds the float32 working set to chunk x vocab "
         "(about 600 MB for a 152K vocabulary) instead of a [b, L, V] float32 copy."))
+    keep_reference: bool = _f(False, (
+        "Keep a frozen copy of the initial weights (after any warm start) as the reference "
+        "policy of the KL loss, and compute its log-probs on every micro-batch of the update. "
+        "Default False; `trainer run` sets it from magic.kl_coef > 0. Memory: one more copy of "
+        "the weights per rank, parameters x 4 bytes (float32; 2 in DeepSpeed's bf16 mode), "
+        "divided over the ranks under ZeRO-3, which shards it like the policy (e.g. 7B in bf16: "
+        "about 14 GiB on one rank, 1.8 GiB per rank over 8); checked against "
+        "reference_memory_gib before anything is loaded (trainer/backends/reference.py)."))
+    reference_memory_gib: float | None = _f(None, (
+        "Memory the KL reference copy may use on one rank, GiB, > 0. Default None: the free "
+        "memory at start-up (the CUDA device's, else the host's MemAvailable). A reference that "
+        "needs more is refused before loading, with the numbers."))
     seed: int = _f(0, (
         "Seed for torch's RNG at backend construction, >= 0. Default 0. The MAGIC update itself "
         "is deterministic (no dropout in Qwen2); the seed pins any stochastic layer a model "
@@ -113,6 +127,9 @@ class BackendConfig:
              f"grad_clip must be finite and >= 0 (0 disables clipping), got {self.grad_clip}")
         need(isinstance(self.entropy_chunk_size, int) and self.entropy_chunk_size >= 1,
              f"entropy_chunk_size must be an int >= 1, got {self.entropy_chunk_size!r}")
+        need(self.reference_memory_gib is None or (math.isfinite(self.reference_memory_gib)
+                                                  and self.reference_memory_gib > 0),
+             f"reference_memory_gib must be None or > 0, got {self.reference_memory_gib!r}")
         need(isinstance(self.seed, int) and self.seed >= 0,
              f"seed must be an int >= 0, got {self.seed!r}")
 
@@ -137,18 +154,22 @@ def check_model_path(model_path: str | Path) -> Path:
     return path
 
 
-def create_backend(config: BackendConfig, model_path: str | Path) -> TrainingBackend:
+def create_backend(config: BackendConfig, model_path: str | Path,
+                   reference_path: str | Path | None = None) -> TrainingBackend:
     """Build the backend ``config.kind`` names on the checkpoint at ``model_path``.
 
     The path is checked first (:func:`check_model_path`), before torch, transformers or
     DeepSpeed are imported. ``kind='deepspeed'`` initialises torch.distributed if needed
-    (a world of 1 when not started by a launcher).
+    (a world of 1 when not started by a launcher). With ``config.keep_reference`` the KL
+    reference policy is loaded from ``reference_path`` (default: ``model_path``; a resumed run
+    passes its initial weights, not the checkpoint's), after its memory check.
     """
     path = check_model_path(model_path)
+    ref = check_model_path(reference_path) if reference_path is not None else None
     if config.kind == "torch":
         from .torch_backend import TorchBackend
 
-        return TorchBackend(config, path)
+        return TorchBackend(config, path, reference_path=ref)
     from .deepspeed_backend import DeepSpeedBackend
 
-    return DeepSpeedBackend(config, path)
+    return DeepSpeedBackend(config, path, reference_path=ref)

@@ -72,6 +72,14 @@ def disable_dropout(model: torch.nn.Module) -> None:
         model.config.attention_dropout = 0.0
 
 
+def load_frozen_reference(path: str | Path, dtype: torch.dtype = torch.float32) -> Any:
+    """The KL reference policy: the checkpoint at ``path`` in ``dtype``, eval mode, no grads,
+    dropout off (so that it computes exactly what the policy computed at the same weights)."""
+    model = load_causal_lm(path, dtype=dtype)
+    model.requires_grad_(False)
+    return model.eval()
+
+
 def enable_gradient_checkpointing(model: Any) -> None:
     """HF per-layer activation checkpointing, non-reentrant (works with ZeRO-3 and with inputs
     that do not require grad)."""
@@ -209,13 +217,16 @@ class PolicyBackendBase:
     Hooks: ``_forward_logits`` (model call), ``_backward`` (one micro-batch's loss; ``boundary``
     True on a mini-batch's last), ``_optimizer_step`` (clip + step, returns the pre-clip grad
     norm), ``_current_lr``, and for data parallel ``_grad_average_world`` (how many ranks the
-    framework AVERAGES gradients over), ``_distributed``, ``_all_reduce``.
+    framework AVERAGES gradients over), ``_distributed``, ``_all_reduce``. A backend that keeps
+    a KL reference policy sets ``has_reference`` and provides ``_ref_forward_logits``.
     """
 
     config: BackendConfig
     rank: int = 0
     world_size: int = 1
     device: torch.device = torch.device("cpu")
+    has_reference: bool = False
+    """True when the backend holds a frozen reference policy (``config.keep_reference``)."""
 
     # -- hooks ---------------------------------------------------------------------------------
     @property
@@ -227,6 +238,11 @@ class PolicyBackendBase:
         raise NotImplementedError
 
     def _backward(self, loss: torch.Tensor, boundary: bool) -> None:
+        raise NotImplementedError
+
+    def _ref_forward_logits(self, input_ids: torch.Tensor,
+                            attention_mask: torch.Tensor) -> torch.Tensor:
+        """The frozen reference policy's logits ``[b, l, V]`` (only with ``has_reference``)."""
         raise NotImplementedError
 
     def _before_micro_batch(self, boundary: bool) -> None:
@@ -290,6 +306,10 @@ class PolicyBackendBase:
         the optimizer steps (``grad_norm/max`` their max); ``lr`` the last step's.
         """
         self._check_update_inputs(batch, old_logprobs, advantages, plan, ref_logprobs)
+        if loss.kl_coef != 0 and ref_logprobs is None and not self.has_reference:
+            raise ValueError("loss.kl_coef != 0 needs a reference policy: build the backend with "
+                             "keep_reference=True (trainer run does when magic.kl_coef > 0) or "
+                             "pass ref_logprobs")
         n_minibatches = len(plan.minibatches)
         lo, hi = self._all_reduce([-n_minibatches, n_minibatches], op="max")
         if -lo != hi:  # every rank must take the same number of optimizer steps (collectives)
@@ -355,12 +375,31 @@ class PolicyBackendBase:
         entropy_mode: EntropyMode = "grad" if loss.entropy_coef != 0 else "detached"
         lp, ent = token_stats(self._forward_logits, ids, attn, entropy=entropy_mode,
                               chunk_size=self.config.entropy_chunk_size)  # [b, L-1] x2
-        ref = ref_logprobs[idx].to(dev) if ref_logprobs is not None else None
+        if ref_logprobs is not None:
+            ref = ref_logprobs[idx].to(dev)  # [b, L-1]
+        elif self.has_reference:
+            ref = self._reference_logprobs(ids, attn)  # [b, L-1]
+        else:
+            ref = None
         return magic.magic_loss(
             lp, old_logprobs[idx].to(dev).float(), advantages[idx].to(dev).float(), mask,
             entropy=ent, entropy_coef=loss.entropy_coef, ref_logprobs=ref,
             kl_coef=loss.kl_coef, kl_estimator=loss.kl_estimator,  # type: ignore[arg-type]
             clip_low=loss.clip_low, clip_high=loss.clip_high, num_tokens=denom)
+
+    def _reference_logprobs(self, input_ids: torch.Tensor,
+                            attention_mask: torch.Tensor) -> torch.Tensor:
+        """log pi_ref(target) of one micro-batch, no grad: ``[b, L-1]``, padding 0.
+
+        Computed on the very tensors the policy's forward saw (same rows, same trimmed length),
+        so that while the policy still equals its initial weights the two log-probs are equal
+        bit for bit and the KL is exactly 0. A collective under ZeRO-3 (gathers the reference's
+        shards): every rank calls it for every micro-batch, padding ones included.
+        """
+        with torch.no_grad():
+            lp, _ = token_stats(self._ref_forward_logits, input_ids, attention_mask,
+                                chunk_size=self.config.entropy_chunk_size)  # [b, L-1]
+        return lp
 
     def _final_metrics(self, parts: list[dict[str, float]], norms: list[float],
                        loss: LossSettings) -> dict[str, float]:

@@ -21,6 +21,10 @@ collectives in lockstep (trainer.backends.common).
 
 The optimizer is ``torch.optim.AdamW`` chosen through the config (``torch_adam: true``): the same
 update rule as TorchBackend, and no DeepSpeed op to compile (DS_BUILD_OPS=0 installs).
+
+The KL reference policy (``config.keep_reference``) is held like the policy: under ZeRO-3 an
+optimizer-less engine with the same ZeRO settings (partitioned the same way), otherwise a plain
+frozen module on every rank (:meth:`DeepSpeedBackend._load_reference`).
 """
 
 from __future__ import annotations
@@ -40,7 +44,9 @@ from .common import (
     adamw_kwargs,
     enable_gradient_checkpointing,
     load_causal_lm,
+    load_frozen_reference,
 )
+from .reference import check_reference_memory
 
 #: Sub-folder of a checkpoint directory holding DeepSpeed's own state (partitioned optimizer
 #: states, per rank); the HF model files sit next to it.
@@ -137,8 +143,10 @@ class DeepSpeedBackend(PolicyBackendBase):
     world. Every public method except ``close`` is collective: all ranks call it, in the same
     order, each with its own share of the rollout batch."""
 
-    def __init__(self, config: BackendConfig, model_path: str | Path):
+    def __init__(self, config: BackendConfig, model_path: str | Path,
+                 reference_path: str | Path | None = None):
         path = check_model_path(model_path)
+        ref_path = check_model_path(reference_path) if reference_path is not None else path
         if config.kind != "deepspeed":
             raise ValueError(f"DeepSpeedBackend needs config.kind='deepspeed', got "
                              f"{config.kind!r}")
@@ -148,9 +156,12 @@ class DeepSpeedBackend(PolicyBackendBase):
         self.config = config
         self._owns_world = _acquire_world()
         self._closed = False
+        self.reference: Any = None
         try:
             self.rank = torch.distributed.get_rank()
             self.world_size = torch.distributed.get_world_size()
+            if config.keep_reference:  # before anything loads
+                check_reference_memory(ref_path, config, self.world_size)
             torch.manual_seed(config.seed)
             ds_config = deepspeed_config(config, self.world_size)
             model = self._load_model(path, ds_config)
@@ -158,10 +169,13 @@ class DeepSpeedBackend(PolicyBackendBase):
                 enable_gradient_checkpointing(model)
             self.engine, *_ = deepspeed.initialize(
                 model=model, model_parameters=model.parameters(), config=ds_config)
+            self.device = torch.device(get_accelerator().current_device_name())
+            if config.keep_reference:
+                self.reference = self._load_reference(ref_path, ds_config)
+                self.has_reference = True
         except BaseException:
             self.close()  # do not leak the world of 1 this constructor created
             raise
-        self.device = torch.device(get_accelerator().current_device_name())
         self.engine.module.eval()
 
     @staticmethod
@@ -171,6 +185,24 @@ class DeepSpeedBackend(PolicyBackendBase):
         in host memory while loading (transformers' ``HfDeepSpeedConfig`` route, which builds
         it inside ``zero.Init``, needs ``accelerate``, not a dependency here)."""
         return load_causal_lm(path, dtype=torch.float32)
+
+    def _load_reference(self, path: Path, ds_config: dict[str, Any]) -> Any:
+        """The frozen KL reference policy, held like the policy: under ZeRO-3 an optimizer-less
+        DeepSpeed engine with the policy's ZeRO settings, so its parameters are partitioned
+        over the ranks exactly as the policy's are and gathered layer by layer in forward;
+        under ZeRO 0-2 (which shard only optimizer states and gradients, which a frozen model
+        has none of) a plain module on the device, in the engine's dtype (bf16 in bf16 mode)."""
+        import deepspeed
+
+        dtype = torch.bfloat16 if self.config.dtype == "bfloat16" else torch.float32
+        if self.config.zero_stage == 3:
+            frozen = load_frozen_reference(path, torch.float32)
+            ref_config = {k: v for k, v in ds_config.items()
+                          if k not in ("optimizer", "gradient_clipping")}
+            engine, *_ = deepspeed.initialize(model=frozen, config=ref_config)
+            engine.module.eval()
+            return engine
+        return load_frozen_reference(path, torch.float32).to(device=self.device, dtype=dtype)
 
     # -- hooks ---------------------------------------------------------------------------------
     @property
@@ -203,6 +235,12 @@ class DeepSpeedBackend(PolicyBackendBase):
         # Through the engine: under ZeRO-3 its hooks gather each layer's parameters (collective).
         return self.engine(input_ids=input_ids, attention_mask=attention_mask,
                            use_cache=False).logits  # [b, l, V]
+
+    def _ref_forward_logits(self, input_ids: torch.Tensor,
+                            attention_mask: torch.Tensor) -> torch.Tensor:
+        # ZeRO-3: through the reference engine, whose hooks gather each layer (collective).
+        return self.reference(input_ids=input_ids, attention_mask=attention_mask,
+                              use_cache=False).logits  # [b, l, V]
 
     def _before_micro_batch(self, boundary: bool) -> None:
         # Reductions of ZeRO 0/1 happen only at the boundary; ZeRO 2/3 reduce every backward
@@ -291,6 +329,8 @@ class DeepSpeedBackend(PolicyBackendBase):
             return
         self._closed = True
         self.engine = None  # type: ignore[assignment]  # frees the engine with its last ref
+        self.reference = None
+        self.has_reference = False
         if self._owns_world:
             _owned_world["users"] -= 1
             if _owned_world["users"] <= 0:

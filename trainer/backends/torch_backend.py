@@ -20,8 +20,10 @@ from .common import (
     adamw_kwargs,
     enable_gradient_checkpointing,
     load_causal_lm,
+    load_frozen_reference,
     load_hf_weights_into,
 )
+from .reference import check_reference_memory
 
 OPTIMIZER_FILE = "optimizer.pt"
 _FORMAT = "trainer.backends.torch/1"
@@ -29,7 +31,9 @@ _FORMAT = "trainer.backends.torch/1"
 
 class TorchBackend(PolicyBackendBase):
     """One process: float32 master weights, AdamW exactly per DESIGN.md 4 (constant lr,
-    betas, eps, decoupled weight decay on every parameter, global grad-norm clipping).
+    betas, eps, decoupled weight decay on every parameter, global grad-norm clipping). With
+    ``config.keep_reference``, a frozen float32 copy of ``reference_path`` (default: the
+    starting weights) is the KL reference policy.
 
     ``dtype="bfloat16"`` runs forward/backward under bf16 autocast over the float32 weights
     (the weights and Adam states stay float32: an lr 1e-6 step would vanish in bf16).
@@ -39,8 +43,10 @@ class TorchBackend(PolicyBackendBase):
     world_size = 1
 
     def __init__(self, config: BackendConfig, model_path: str | Path,
-                 device: str | torch.device | None = None):
+                 device: str | torch.device | None = None,
+                 reference_path: str | Path | None = None):
         path = check_model_path(model_path)
+        ref_path = check_model_path(reference_path) if reference_path is not None else path
         if config.kind != "torch":
             raise ValueError(f"TorchBackend needs config.kind='torch', got {config.kind!r}")
         dist = torch.distributed
@@ -48,11 +54,18 @@ class TorchBackend(PolicyBackendBase):
             raise ValueError("TorchBackend is single-process (it does not synchronise "
                              "gradients); with a world of "
                              f"{dist.get_world_size()} ranks use kind='deepspeed'")
+        if config.keep_reference:
+            check_reference_memory(ref_path, config, world_size=1)  # before anything loads
         self.config = config
         self.device = torch.device(device if device is not None else
                                    ("cuda" if torch.cuda.is_available() else "cpu"))
         torch.manual_seed(config.seed)
         self.model = load_causal_lm(path, dtype=torch.float32).to(self.device)
+        # The KL reference: float32 like the policy's weights (under bf16 autocast both compute
+        # in bf16 the same way), so the two agree exactly until the first update.
+        self.reference = (load_frozen_reference(ref_path).to(self.device)
+                          if config.keep_reference else None)
+        self.has_reference = self.reference is not None
         if config.gradient_checkpointing:
             enable_gradient_checkpointing(self.model)
         self.model.eval()
@@ -76,6 +89,13 @@ class TorchBackend(PolicyBackendBase):
         with self._autocast():
             return self.model(input_ids=input_ids, attention_mask=attention_mask,
                               use_cache=False).logits  # [b, l, V]
+
+    def _ref_forward_logits(self, input_ids: torch.Tensor,
+                            attention_mask: torch.Tensor) -> torch.Tensor:
+        assert self.reference is not None
+        with self._autocast():
+            return self.reference(input_ids=input_ids, attention_mask=attention_mask,
+                                  use_cache=False).logits  # [b, l, V]
 
     def _backward(self, loss: torch.Tensor, boundary: bool) -> None:
         loss.backward()  # gradients accumulate (SUM) over the mini-batch's micro-batches
@@ -130,5 +150,7 @@ class TorchBackend(PolicyBackendBase):
         self.optimizer.load_state_dict(state["optimizer"])
 
     def close(self) -> None:
-        """Nothing to release beyond what garbage collection frees (symmetry with
+        """Drop the reference copy; the rest is freed by garbage collection (symmetry with
         DeepSpeedBackend.close)."""
+        self.reference = None
+        self.has_reference = False

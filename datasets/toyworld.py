@@ -1,0 +1,302 @@
+"""The toy world: column addition that a tiny model gets right only by writing its steps.
+
+    python datasets/toyworld.py --out runs/demo-data --train 6000 --eval 200 --levels 2,3,4 \
+        --code-share 0.25 --verbose-share 0.5 --seed 0
+
+writes ``train.jsonl`` and ``eval.jsonl`` in the trainer's plain JSONL format. A problem adds two
+numbers of ``level`` digits each. Math problems ask for the sum, code problems for a function
+judged in the sandbox against call-based tests::
+
+    {"id": "toy-d3-138-905", "prompt": "Compute 905+138.", "domain": "math",
+     "ground_truth": "1043", "data_source": "toy_math",
+     "extra": {"level": 3, "operands": [905, 138], "style": "concise",
+               "reference": "<think>5+8=13:3 0+3+1=4:43 9+1=10:1043</think>\\boxed{1043}"}}
+    {"id": "toy-d2-17-64", "prompt": "Write f(x) that returns x+64+17.", "domain": "code",
+     "ground_truth": {"fn_name": "f", "inputs": ["0", "5", "-13"], "outputs": ["81", "86", "68"]},
+     "data_source": "toy_code", "extra": {...}}
+
+The reference response is in R1's format: the scratchpad inside ``<think>...</think>``, digit by
+digit from the units, each step ``x+y[+carry]=s:r`` with ``r`` the result so far (so the answer
+is a copy of the last step, not digits read back in reverse order), then the answer:
+``\\boxed{sum}`` for math, a fenced python block for code::
+
+    <think>6+1=7:7 3+9=12:27 7+8+1=16:627 4+2+1=7:7627</think>\\boxed{7627}
+    <think>4+7=11:1 6+1+1=8:81</think>
+    ```python
+    def f(x):
+        return x+81
+    ```
+
+The verbose style (``verbose_share`` of the problems) first restates the problem, as reasoning
+models like to (``<think>4736+2891: 6+1=7:7 ...``): ``2 * level + 3`` more tokens that change
+nothing else, a habit a length limit can teach the policy to drop.
+
+Reasoning pays: ``scripts/toyworld_reasoning.py`` warm-starts the demo's model (2 layers, hidden
+64, one token per digit) for 1000 steps on 6000 math problems, once on these references and once
+on the bare answer (an empty think block); greedy held-out accuracy at levels 2 / 3 / 4 was
+79% / 69% / 41% with the steps and 4.5% / 1.5% / 0% without them (measured on a 2-core CPU).
+And a response cut by the length limit has no answer: a think block that never closes, a box
+or a code fence left open is NO_ANSWER for the verifier, a zero reward.
+
+The difficulty knob is ``levels`` (digits per operand, 1-6): the scratchpad, and so the
+response, grows with the level (median 27 / 41 / 53 tokens with the end token for concise math
+at levels 2 / 3 / 4 with the toy world's tokenizer; code adds 15), which is what makes a stage's
+length limit bind on the harder levels. Problems are unique as unordered operand pairs across
+both domains (``a+b``, ``b+a`` and the code problem on the same numbers are one problem), and the
+held-out split shares no pair with training. Asking for more problems than a level has, or for
+training problems that could only be found among the held-out ones, is an error naming the
+numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+MIN_LEVEL, MAX_LEVEL = 1, 6
+DATA_SOURCES = {"math": "toy_math", "code": "toy_code"}
+_ENUMERATE_BELOW = 500_000  # levels with fewer problems are drawn from the full list
+
+
+# ---------------------------------------------------------------------------------------------
+# One problem
+# ---------------------------------------------------------------------------------------------
+
+def scratchpad(a: int, b: int) -> str:
+    """The column-addition steps for ``a + b``, units first: ``x+y[+carry]=s:r`` per column,
+    ``r`` the result digits found so far (the last column writes its whole sum)."""
+    da, db = str(a)[::-1], str(b)[::-1]
+    width = max(len(da), len(db))
+    steps, carry, result = [], 0, ""
+    for i in range(width):
+        x = int(da[i]) if i < len(da) else 0
+        y = int(db[i]) if i < len(db) else 0
+        s = x + y + carry
+        result = (str(s) if i == width - 1 else str(s % 10)) + result
+        steps.append(f"{x}+{y}" + (f"+{carry}" if carry else "") + f"={s}:{result}")
+        carry = s // 10
+    assert int(result) == a + b
+    return " ".join(steps)
+
+
+def reference(a: int, b: int, domain: str, verbose: bool = False) -> str:
+    """A correct response in R1's format: the steps in a think block, then the answer. The
+    verbose style first restates the problem (``a+b: ``), as reasoning models like to: it costs
+    ``2 * level + 3`` tokens and changes nothing else."""
+    restate = f"{a}+{b}: " if verbose else ""
+    think = f"<think>{restate}{scratchpad(a, b)}</think>"
+    if domain == "math":
+        return think + f"\\boxed{{{a + b}}}"
+    return think + f"\n```python\ndef f(x):\n    return x+{a + b}\n```"
+
+
+def make_problem(a: int, b: int, level: int, domain: str, rng: random.Random,
+                 verbose: bool = False) -> dict:
+    """One JSONL row (see the module docstring). Code problems get three call-based tests of
+    ``f`` (LiveCodeBench's functional format: inputs are JSON lines, outputs JSON values).
+    ``verbose`` picks the style of the reference response."""
+    if domain == "math":
+        prompt, truth = f"Compute {a}+{b}.", str(a + b)
+    elif domain == "code":
+        xs = [0, rng.randint(1, 99), -rng.randint(1, 99)]
+        prompt = f"Write f(x) that returns x+{a}+{b}."
+        truth = {"fn_name": "f", "inputs": [json.dumps(x) for x in xs],
+                 "outputs": [json.dumps(x + a + b) for x in xs]}
+    else:
+        raise ValueError(f"domain must be 'math' or 'code', got {domain!r}")
+    style = "verbose" if verbose else "concise"
+    return {"id": problem_id(level, a, b), "prompt": prompt, "domain": domain,
+            "ground_truth": truth, "data_source": DATA_SOURCES[domain],
+            "extra": {"level": level, "operands": [a, b], "style": style,
+                      "reference": reference(a, b, domain, verbose)}}
+
+
+def problem_id(level: int, a: int, b: int) -> str:
+    """The id of the unordered pair {a, b}: the same for ``a+b``, ``b+a`` and both domains."""
+    lo, hi = sorted((a, b))
+    return f"toy-d{level}-{lo}-{hi}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The problem space
+# ---------------------------------------------------------------------------------------------
+
+def space(level: int) -> int:
+    """Distinct problems of a level: unordered pairs of ``level``-digit numbers (with
+    repetition), ``N (N + 1) / 2`` with ``N = 9 * 10**(level - 1)``."""
+    _check_level(level)
+    n = 9 * 10 ** (level - 1)
+    return n * (n + 1) // 2
+
+
+def _check_level(level: int) -> None:
+    if isinstance(level, bool) or not isinstance(level, int) \
+            or not MIN_LEVEL <= level <= MAX_LEVEL:
+        raise ValueError(f"levels are digits per operand, {MIN_LEVEL}..{MAX_LEVEL}; "
+                         f"got {level!r}")
+
+
+def _split(n: int, parts: int) -> list[int]:
+    """``n`` as ``parts`` near-equal counts (the first ones one larger)."""
+    return [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
+
+
+def _draw_pairs(level: int, k: int, taken: set[tuple[int, int]],
+                rng: random.Random) -> list[tuple[int, int]]:
+    """``k`` unordered pairs of ``level``-digit numbers, distinct and not in ``taken``
+    (which is updated). The caller has checked that enough exist."""
+    lo, hi = 10 ** (level - 1), 10 ** level - 1
+    if space(level) < _ENUMERATE_BELOW:
+        free = [(a, b) for a in range(lo, hi + 1) for b in range(a, hi + 1)
+                if (a, b) not in taken]
+        out = rng.sample(free, k)
+    else:
+        out, drawn = [], set()
+        while len(out) < k:
+            a, b = sorted((rng.randint(lo, hi), rng.randint(lo, hi)))
+            if (a, b) not in taken and (a, b) not in drawn:
+                drawn.add((a, b))
+                out.append((a, b))
+    taken.update(out)
+    return out
+
+
+def _key(row: dict) -> tuple[int, int, int]:
+    """(level, smaller operand, larger operand) of a toy-world row."""
+    try:
+        a, b = row["extra"]["operands"]
+        return int(row["extra"]["level"]), *sorted((int(a), int(b)))
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"not a toy-world row (no extra.level and extra.operands): "
+                         f"{str(row)[:200]}") from None
+
+
+def check_disjoint(train: Iterable[dict], held_out: Iterable[dict]) -> None:
+    """Raise ValueError when a held-out problem's operand pair also occurs in training (in
+    either order or domain): the held-out accuracy would then measure memory, not skill."""
+    seen = {_key(r) for r in train}
+    shared = sorted(k for k in {_key(r) for r in held_out} if k in seen)
+    if shared:
+        names = ", ".join(f"{a}+{b}" for _, a, b in shared[:5])
+        raise ValueError(f"the held-out split overlaps training: {len(shared)} operand pairs "
+                         f"are in both (e.g. {names})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Splits
+# ---------------------------------------------------------------------------------------------
+
+def generate(n_train: int, n_eval: int, levels: Sequence[int] = (2, 3, 4),
+             code_share: float = 0.25, seed: int = 0, verbose_share: float = 0.5,
+             held_out: Sequence[dict] | None = None) -> tuple[list[dict], list[dict]]:
+    """Unique problems, split into training and held-out sets with no operand pair in both.
+
+    Each split holds the levels in near-equal numbers, ``code_share`` of each level's problems
+    as code and ``verbose_share`` of them with a verbose reference response (both rounded). With
+    ``held_out`` (rows of an existing held-out file, for example to draw a larger training set
+    against a fixed evaluation set), that split is kept as it is, ``n_eval`` is ignored, and
+    training avoids its pairs.
+
+    Raises:
+        ValueError: a level outside 1..6, a share outside [0, 1], negative counts, a level
+            asked for more problems than it has, or training problems that could only come from
+            the held-out pairs; every message names the numbers.
+    """
+    levels = list(levels)
+    if not levels or len(set(levels)) != len(levels):
+        raise ValueError(f"levels must be a non-empty list without repeats, got {levels}")
+    for level in levels:
+        _check_level(level)
+    for name, share in (("code_share", code_share), ("verbose_share", verbose_share)):
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {share}")
+    if n_train < 0 or n_eval < 0:
+        raise ValueError(f"counts must be >= 0, got train={n_train}, eval={n_eval}")
+    rng = random.Random(seed)
+    taken: set[tuple[int, int]] = set()
+    kept: dict[int, int] = {level: 0 for level in levels}
+    if held_out is not None:
+        for row in held_out:
+            level, a, b = _key(row)
+            taken.add((a, b))
+            kept[level] = kept.get(level, 0) + 1
+        eval_counts = [0] * len(levels)
+    else:
+        eval_counts = _split(n_eval, len(levels))
+    train_counts = _split(n_train, len(levels))
+    for level, n_tr, n_ev in zip(levels, train_counts, eval_counts, strict=True):
+        total = space(level)
+        if held_out is not None and n_tr > total - kept[level]:
+            raise ValueError(
+                f"the held-out split would overlap training: level {level} has {total} distinct "
+                f"problems, {kept[level]} of them held out, and {n_tr} were asked for training")
+        if n_tr + n_ev > total:
+            raise ValueError(
+                f"level {level} has only {total} distinct problems (unordered pairs of "
+                f"{level}-digit numbers), asked for {n_tr} training + {n_ev} held-out")
+    evals: list[dict] = []
+    trains: list[dict] = []
+    for level, n_tr, n_ev in zip(levels, train_counts, eval_counts, strict=True):
+        for rows, n in ((evals, n_ev), (trains, n_tr)):
+            pairs = _draw_pairs(level, n, taken, rng)
+            code = set(rng.sample(range(n), round(code_share * n)))
+            verbose = set(rng.sample(range(n), round(verbose_share * n)))
+            for i, (a, b) in enumerate(pairs):
+                if rng.random() < 0.5:
+                    a, b = b, a
+                rows.append(make_problem(a, b, level, "code" if i in code else "math", rng,
+                                         verbose=i in verbose))
+    rng.shuffle(evals)
+    rng.shuffle(trains)
+    check_disjoint(trains, held_out if held_out is not None else evals)
+    return trains, (list(held_out) if held_out is not None else evals)
+
+
+def write(out: Path, n_train: int, n_eval: int, levels: Sequence[int] = (2, 3, 4),
+          code_share: float = 0.25, seed: int = 0, verbose_share: float = 0.5,
+          held_out: Path | None = None) -> tuple[Path, Path]:
+    """Write ``out/train.jsonl`` and ``out/eval.jsonl`` (with ``held_out``, that file is copied
+    as ``eval.jsonl`` and training avoids its problems)."""
+    fixed = None
+    if held_out is not None:
+        fixed = [json.loads(x) for x in Path(held_out).read_text().splitlines() if x.strip()]
+    train, evals = generate(n_train, n_eval, levels, code_share, seed, verbose_share,
+                            held_out=fixed)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = out / "train.jsonl", out / "eval.jsonl"
+    for path, rows in zip(paths, (train, evals), strict=True):
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp.rename(path)
+    return paths
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("datasets/toyworld"))
+    ap.add_argument("--train", type=int, default=6000, help="training problems")
+    ap.add_argument("--eval", type=int, default=200, help="held-out problems")
+    ap.add_argument("--levels", default="2,3,4",
+                    help="comma list of difficulty levels: digits per operand, 1-6")
+    ap.add_argument("--code-share", type=float, default=0.25,
+                    help="share of code problems (functions judged in the sandbox), 0-1")
+    ap.add_argument("--verbose-share", type=float, default=0.5,
+                    help="share of reference responses that first restate the problem, 0-1")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--held-out", type=Path, default=None,
+                    help="keep this held-out file and draw training problems that avoid it")
+    args = ap.parse_args(argv)
+    try:
+        levels = [int(x) for x in args.levels.split(",")]
+        write(args.out, args.train, args.eval, levels, args.code_share, args.seed,
+              args.verbose_share, args.held_out)
+    except ValueError as e:
+        ap.exit(2, f"error: {e}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
