@@ -82,8 +82,6 @@ from .profiles import PROFILE_TABLE, Profile
 # Runs fn(*args) within deadline_s seconds (raising DeadlineExceeded, TaskFailed or WorkerDied).
 RunBounded = Callable[[Callable[..., Any], tuple, float], Any]
 
-DEFAULT_TEST_TIMEOUT_S = 6.0  # LiveCodeBench
-DEFAULT_MEMORY_MB = 1024
 MAX_ITEM_TIMEOUT_S = 60.0
 ITEM_SLACK_S = 3.0
 PROGRAM_OUTPUT_BYTES = 8 * 1024 * 1024  # per test: more is OUTPUT_LIMIT
@@ -571,7 +569,7 @@ def item_timeout(
     default maximum; Skywork caps at the same 300 s)."""
     if limits.timeout_s is not None:
         return float(limits.timeout_s)
-    tt = tt or limits.test_timeout_s or DEFAULT_TEST_TIMEOUT_S
+    tt = tt or limits.test_timeout_s or DEFAULT_PROFILE.test_timeout_s
     if budget == "lcb":
         return min((tt + 1) * n_tests + 5, MAX_PROFILE_ITEM_S)
     return min(n_tests * tt + ITEM_SLACK_S, MAX_ITEM_TIMEOUT_S)
