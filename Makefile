@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-done
 
-.PHONY: setup test demo demo-verifier bench protos clean
+.PHONY: setup test demo demo-verifier bench protos images engine-stop clean
 
 setup: $(STAMP)
 
@@ -27,6 +27,15 @@ bench: setup
 
 protos: setup
 	bash scripts/gen_protos.sh
+
+# magic-rlvr/verifier on the engine at DOCKER_HOST (or the default socket); as root with none
+# answering, on a dockerd of our own, stopped afterwards (KEEP_ENGINE=1: left running; then
+# `make engine-stop`). Offline: debootstrapped base image and a host-built wheelhouse.
+images: setup
+	$(PY) -m scripts.docker_engine images $(if $(KEEP_ENGINE),--keep-engine)
+
+engine-stop: setup
+	$(PY) -m scripts.docker_engine stop
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

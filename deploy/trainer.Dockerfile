@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # The trainer: `trainer run` on a vLLM release image (CUDA, PyTorch and vLLM already there).
 # Build from the repository root:
 #

