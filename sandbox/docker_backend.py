@@ -10,7 +10,8 @@ extracts into /tmp before it ``exec``s the command), so the backend works with a
 too and needs nothing mounted from the host. The image must provide ``python3`` (default
 ``python:3.11-slim``); nothing else of the verifier is needed inside.
 
-Tested only where a Docker engine answers; elsewhere its tests are skipped with the reason.
+Tested against a real engine (tests/test_docker.py, with the verifier image as the sandbox
+image: it has /usr/bin/python3); skipped with the reason only where no engine can be had.
 """
 
 from __future__ import annotations
@@ -168,7 +169,10 @@ class DockerSandbox:
             runtime=self.runtime,
             init=False,
         )
-        cmd = [self.python, "-I", "-S", "-c", _BOOT, str(len(tar)), *argv]
+        # The bootstrap is the entrypoint, not just the command: an image's own ENTRYPOINT
+        # (the verifier image's is `tini -- verifier`) would otherwise run with it as arguments.
+        entrypoint = [self.python, "-I", "-S", "-c", _BOOT]
+        cmd = [str(len(tar)), *argv]
         container = None
         out, err = bytearray(), bytearray()
         status = "ok"
@@ -179,6 +183,7 @@ class DockerSandbox:
         try:
             container = api.create_container(
                 self.image,
+                entrypoint=entrypoint,
                 command=cmd,
                 user="65534:65534",
                 working_dir="/tmp",
