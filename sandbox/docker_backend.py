@@ -56,6 +56,13 @@ def _tar(files: Mapping[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:  # already shut or reset by the engine: nothing left to shut
+        pass
+
+
 class DockerSandbox:
     name = "docker"
     isolated = True
@@ -167,13 +174,17 @@ class DockerSandbox:
                 docker.types.Ulimit(name="core", soft=0, hard=0),
             ],
             runtime=self.runtime,
-            init=False,
+            # An init (the engine's docker-init) as PID 1: the kernel ignores signals without a
+            # handler for PID 1, so a program that were PID 1 would survive SIGXCPU and SIGXFSZ
+            # (the CPU and file-size rlimits). Its exit status is 128 + the program's signal.
+            init=True,
         )
         # The bootstrap is the entrypoint, not just the command: an image's own ENTRYPOINT
         # (the verifier image's is `tini -- verifier`) would otherwise run with it as arguments.
         entrypoint = [self.python, "-I", "-S", "-c", _BOOT]
         cmd = [str(len(tar)), *argv]
         container = None
+        sock: socket.socket | None = None
         out, err = bytearray(), bytearray()
         status = "ok"
         detail = ""
@@ -181,7 +192,7 @@ class DockerSandbox:
         sig = None
         streamed = 0
         try:
-            container = api.create_container(
+            config = api.create_container_config(
                 self.image,
                 entrypoint=entrypoint,
                 command=cmd,
@@ -195,16 +206,20 @@ class DockerSandbox:
                 },
                 network_disabled=True,
                 stdin_open=True,
-                stdin_once=True,
                 tty=False,
                 host_config=host_config,
                 labels={"magic-rlvr.sandbox": "1"},
             )
+            # StdinOnce: the program's stdin ends when we close our side of the attach stream
+            # (else it would wait forever for more input). The SDK sets it with stdin_open (its
+            # create_container has no argument for it); asserted so a change there is loud.
+            assert config["StdinOnce"] is True and config["AttachStdin"] is True
+            container = api.create_container_from_config(config)
             cid = container["Id"]
             sock_obj = api.attach_socket(
                 cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
             )
-            sock: socket.socket = getattr(sock_obj, "_sock", sock_obj)
+            sock = getattr(sock_obj, "_sock", sock_obj)
             api.start(cid)
             sock.setblocking(False)
             payload = memoryview(tar + stdin)
@@ -270,6 +285,11 @@ class DockerSandbox:
                             )
                             eof = True
                             break
+            # Shut the attach stream down before anything else: an engine that cannot write a
+            # flood to it holds the container and every call about it (kill, inspect, remove)
+            # stalls until the client's timeout. (shutdown, not close: the SDK's file object
+            # holds a reference, and close() alone leaves the connection open.)
+            _shut(sock)
             if status != "ok":
                 try:
                     api.kill(cid)
@@ -295,6 +315,9 @@ class DockerSandbox:
         except Exception as e:  # the engine failed: not the program's fault
             return RunResult("error", detail=f"docker: {type(e).__name__}: {e}")
         finally:
+            if sock is not None:
+                _shut(sock)
+                sock.close()
             if container is not None:
                 try:
                     api.remove_container(container["Id"], force=True)
