@@ -110,6 +110,7 @@ class Engine:
     url: str
     pid: int | None = None
     log_path: Path | None = None
+    exec_root: Path | None = None
     _client: docker.DockerClient | None = field(default=None, repr=False)
 
     @property
@@ -135,6 +136,17 @@ class Engine:
             return
         stop_pid(self.pid, timeout_s)
         self.pid = None
+        if self.exec_root is not None:
+            unmount_under(self.exec_root)
+
+
+def unmount_under(root: Path) -> None:
+    """Unmount what a stopped dockerd left mounted under its exec root (it leaves the default
+    network namespace bind-mounted at exec/netns/default, which keeps the directory busy)."""
+    prefix = str(root) + "/"
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    for target in reversed([m for m in mounts if m.startswith(prefix)]):
+        subprocess.run(["umount", target], capture_output=True)
 
 
 def stop_pid(pid: int, timeout_s: float = 60.0) -> None:
@@ -209,7 +221,7 @@ def start_engine(engine_dir: Path = ENGINE_DIR, log: Log = _log) -> Engine:
         with open(log_path, "w") as out:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
-        engine = Engine(url, pid=proc.pid, log_path=log_path)
+        engine = Engine(url, pid=proc.pid, log_path=log_path, exec_root=engine_dir / "exec")
         deadline = time.monotonic() + ENGINE_START_S
         why = ping(url, 2)
         while why is not None:
@@ -350,19 +362,19 @@ def wheelhouse(dest: Path = WHEELHOUSE, log: Log = _log) -> Path:
 # Builds
 
 
-def build_context(dockerfile: str) -> io.BufferedRandom:
-    """The build context as docker's BuildKit would send it: the repository filtered by the
+def build_context(dockerfile: str, root: Path = ROOT) -> io.BufferedRandom:
+    """The build context as docker's BuildKit would send it: ``root`` filtered by the
     Dockerfile's own ``<name>.dockerignore`` (the SDK's legacy build only reads a root
     ``.dockerignore``; without this it would send .venv, gigabytes)."""
-    ignore = ROOT / f"{dockerfile}.dockerignore"
-    patterns = [ln.strip() for ln in ignore.read_text().splitlines()
-                if ln.strip() and not ln.startswith("#")]
-    files = sorted(exclude_paths(str(ROOT), patterns, dockerfile=dockerfile))
-    return create_archive(str(ROOT), files=files)
+    ignore = root / f"{dockerfile}.dockerignore"
+    patterns = ([ln.strip() for ln in ignore.read_text().splitlines()
+                 if ln.strip() and not ln.startswith("#")] if ignore.exists() else [])
+    files = sorted(exclude_paths(str(root), patterns, dockerfile=dockerfile))
+    return create_archive(str(root), files=files)
 
 
 def build(engine: Engine, dockerfile: str, tag: str, buildargs: dict[str, str],
-          log: Log = _log) -> float:
+          log: Log = _log, root: Path = ROOT) -> float:
     """Build ``tag``; returns the seconds it took. On failure: EngineError naming the step
     (the Dockerfile's instruction) with the last lines of the build, and the intermediate
     images of this build removed."""
@@ -371,7 +383,7 @@ def build(engine: Engine, dockerfile: str, tag: str, buildargs: dict[str, str],
     lines: list[str] = []
     made: list[str] = []
     error = None
-    ctx = build_context(dockerfile)
+    ctx = build_context(dockerfile, root)
     try:
         for chunk in client.api.build(
             fileobj=ctx, custom_context=True, dockerfile=dockerfile, tag=tag,
@@ -380,6 +392,8 @@ def build(engine: Engine, dockerfile: str, tag: str, buildargs: dict[str, str],
             if "stream" in chunk:
                 text = chunk["stream"]
                 lines.extend(text.rstrip("\n").splitlines())
+                if text.startswith("Step "):
+                    log(text.strip()[:150])
                 m = re.match(r"\s*---> ([0-9a-f]{12})\s*$", text)
                 if m:
                     made.append(m.group(1))
@@ -475,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             pid = int(pidfile.read_text().strip())
             stop_pid(pid)
+            unmount_under(ENGINE_DIR / "exec")
             print(f"stopped dockerd pid {pid}")
             return 0
         if a.command == "start":

@@ -16,11 +16,10 @@ finds or starts it and builds ``magic-rlvr/verifier`` once per run).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import signal
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
@@ -32,9 +31,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sandbox import SandboxLimits, SandboxUnavailable, create_sandbox
+from scripts import docker_engine as de
 from tests.conftest import math_item
 from tests.conftest_docker import (  # noqa: F401 - docker_env is a fixture
-    TEST_LABEL, TOKEN, VerifierContainer, docker_env, last_logs,
+    TOKEN, VerifierContainer, docker_env, last_logs,
 )
 from tests.conftest_sandbox import SUM_GT, SUM_OK, respond
 from verifier.client import ClientConfig, VerifierClient
@@ -97,6 +97,15 @@ def test_image_starts_with_nsjail_self_test_passing_and_reports_healthy(verifier
     code, out = verifier.container.exec_run(
         ["verifier", "health", "--addr", "127.0.0.1:50051", "--wait-s", "10"])
     assert code == 0, out.decode()
+    # What the jail enforces in this container, as the service's user sees it (here: no
+    # cgroup the non-root service can write, so rlimits only; deploy/README.md).
+    code, out = verifier.container.exec_run(
+        ["python3", "-c", "from sandbox import create_sandbox; "
+                          "print(create_sandbox('nsjail').describe())"], stderr=False)
+    said = out.decode().strip()
+    assert code == 0 and said.startswith("nsjail"), said
+    assert "uid 65534, no network, read-only root" in said, said
+    print(f"\nin the container: {said}")
     # Prometheus: the sandbox is up.
     with urllib.request.urlopen(f"http://{verifier.ip}:9090/metrics", timeout=10) as r:
         text = r.read().decode()
@@ -434,8 +443,71 @@ def test_compose_two_replicas_score_through(docker_env, tmp_path) -> None:
         assert down.returncode == 0, down.stderr
 
 
-def test_engine_module_reports_an_engine_that_does_not_answer(tmp_path) -> None:
-    from scripts import docker_engine as de
+# ---------------------------------------------------------------------------------------------
+# Bad input: each failure names its step, and leaves nothing of ours behind
+# ---------------------------------------------------------------------------------------------
 
-    why = de.ping(f"unix://{tmp_path}/nothing.sock", timeout_s=2)
-    assert why is not None and ("No such file" in why or "Connection" in why), why
+
+def test_an_engine_that_does_not_answer_is_named(tmp_path, monkeypatch) -> None:
+    where = f"unix://{tmp_path}/nothing.sock"
+    monkeypatch.setenv("DOCKER_HOST", where)
+    with pytest.raises(de.EngineUnavailable, match="no Docker engine answers") as e:
+        de.connect(start=False, engine_dir=tmp_path / "engine")
+    assert where in str(e.value) and str(tmp_path / "engine" / "docker.sock") in str(e.value)
+
+
+def processes_mentioning(text: str) -> list[str]:
+    found = []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != os.getpid():
+            try:
+                cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if text in cmd:
+                found.append(f"{d}: {cmd[:120]}")
+    return found
+
+
+def test_an_engine_that_fails_to_start_names_the_step_and_leaves_no_process() -> None:
+    if os.geteuid() != 0 or shutil.which("dockerd") is None:
+        pytest.skip("needs root and dockerd to start an engine")
+    # A short path: the engine's sockets live under it (unix socket paths max 108 bytes).
+    engine_dir = Path(tempfile.mkdtemp(prefix="mr-bad-", dir="/tmp"))
+    try:
+        (engine_dir / "data").write_text("a file where dockerd wants its data root")
+        with pytest.raises(de.EngineError, match="start engine: dockerd exited") as e:
+            de.start_engine(engine_dir, log=print)
+        assert "data" in str(e.value).split("\n", 1)[1], str(e.value)  # the engine's log
+        assert not processes_mentioning(str(engine_dir))
+    finally:
+        shutil.rmtree(engine_dir)
+
+
+def test_a_failing_build_names_the_step_and_leaves_no_image(docker_env, tmp_path) -> None:
+    client = docker_env.client
+    base = de.base_image(client)
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {base}\nRUN echo one > /one\nRUN echo 'about to fail' && exit 3\n")
+    images = {i.id for i in client.images.list(all=True)}
+    containers = {c.id for c in client.containers.list(all=True)}
+    with pytest.raises(de.EngineError) as e:
+        de.build(docker_env.engine, "Dockerfile", "magic-rlvr/test-broken:0", {},
+                 log=print, root=tmp_path)
+    msg = str(e.value)
+    assert "build magic-rlvr/test-broken:0 failed at Step 3/3 : RUN echo 'about to fail'" in msg
+    assert "returned a non-zero code: 3" in msg
+    assert "about to fail" in msg.split("last lines of the build:")[1]
+    # the intermediate image of step 2 and the step containers are gone
+    assert {i.id for i in client.images.list(all=True)} == images
+    assert {c.id for c in client.containers.list(all=True)} == containers
+
+
+def test_a_container_that_never_becomes_healthy_is_reported_with_its_logs(docker_env) -> None:
+    vc = VerifierContainer(docker_env, token=None, name="unhealthy")
+    try:
+        with pytest.raises(AssertionError, match="never became healthy") as e:
+            vc.wait_healthy(timeout_s=120)
+        assert "VERIFIER_TOKEN holds no token" in " ".join(str(e.value).replace("│", " ").split())
+    finally:
+        vc.remove()
