@@ -45,7 +45,9 @@ ROOT = Path(__file__).resolve().parents[1]
 VERIFIER_UID = 10001
 SANDBOX_LABEL = "magic-rlvr.sandbox"
 
-pytestmark = pytest.mark.slow
+# The first test also starts the engine and, on a first run, makes the base image and builds
+# the image (4 min measured under load): past pytest-timeout's 300 s default on a busy machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def token_client(address: str, token: str | None = TOKEN, **cfg) -> VerifierClient:
