@@ -213,9 +213,9 @@ def start_engine(engine_dir: Path = ENGINE_DIR, log: Log = _log) -> Engine:
             "--exec-root", str(engine_dir / "exec"),
             "--pidfile", str(engine_dir / "dockerd.pid"),
             "-H", url,
-            # Its own world: no iptables rules and no docker0 bridge on the host (another engine
-            # may own those); containers use --network none/host or user-defined networks.
-            "--iptables=false", "--ip-masq=false", "--bridge", "none",
+            # No iptables rules on the host (nor NAT): published ports (-p) go through
+            # docker-proxy, and containers have no route out; docker0 is created as usual.
+            "--iptables=false", "--ip-masq=false",
         ]
         log(f"starting {' '.join(argv)} (log {log_path})")
         with open(log_path, "w") as out:

@@ -1,7 +1,7 @@
 """The real Docker engine for tests/test_docker.py: found or started once per run (then stopped
 by its PID), the verifier image built once per run on it (the base image, the wheelhouse and the
 build cache persist in the engine's data root, so a second run only checks them), and verifier
-containers started with the documented flags on a test network of their own.
+containers started with the documented flags (ports published on 127.0.0.1).
 
 Skipped with the reason only where no engine can be had (no engine answers, and we are not root
 or dockerd is not installed); an engine that will not start or an image that will not build is
@@ -33,7 +33,6 @@ class DockerEnv:
     engine: de.Engine
     client: docker.DockerClient
     image: str
-    network: str
     build_s: float
 
 
@@ -49,18 +48,13 @@ def docker_env():
     except de.EngineUnavailable as e:
         pytest.skip(str(e))
     client = engine.client()
-    network = None
     try:
         build_s = de.build_verifier(engine, log=lambda m: print(f"\n[docker] {m}"))
         _remove_ours(client)  # left by a run that was itself killed
-        network = client.networks.create(f"magic-rlvr-test-{uuid.uuid4().hex[:6]}",
-                                         driver="bridge", labels={TEST_LABEL: "1"})
-        yield DockerEnv(engine, client, de.VERIFIER_IMAGE, network.name, build_s)
+        yield DockerEnv(engine, client, de.VERIFIER_IMAGE, build_s)
     finally:
         try:
             _remove_ours(client)
-            if network is not None:
-                network.remove()
         finally:
             engine.stop()  # only an engine this run started (by its PID)
 
@@ -74,7 +68,8 @@ def last_logs(container, n: int = 30) -> str:
 
 class VerifierContainer:
     """``docker run`` of the verifier image as documented: the nsjail capabilities, seccomp and
-    AppArmor unconfined, the image's own entrypoint and command unless ``command`` is given."""
+    AppArmor unconfined, the gRPC and metrics ports published (on 127.0.0.1, host ports picked
+    by the engine), the image's own entrypoint and command unless ``command`` is given."""
 
     def __init__(self, env: DockerEnv, *, token: str | None = TOKEN,
                  command: list[str] | None = None, name: str = "verifier"):
@@ -84,20 +79,28 @@ class VerifierContainer:
             env.image, command=command, detach=True, environment=environment,
             name=f"magic-rlvr-test-{name}-{uuid.uuid4().hex[:6]}",
             cap_add=NSJAIL_CAPS, security_opt=NSJAIL_SECURITY,
-            network=env.network, labels={TEST_LABEL: "1"},
+            ports={"50051/tcp": ("127.0.0.1", None), "9090/tcp": ("127.0.0.1", None)},
+            labels={TEST_LABEL: "1"},
         )
 
     @functools.cached_property
-    def ip(self) -> str:
-        """Its address on the test network (kept: a killed container loses it)."""
+    def _ports(self) -> dict[str, int]:
+        """The host ports (kept: a killed container no longer reports them)."""
         self.container.reload()
-        ip = self.container.attrs["NetworkSettings"]["Networks"][self.env.network]["IPAddress"]
-        assert ip, f"the container has no address on {self.env.network}:\n{last_logs(self.container)}"
-        return ip
+        published = self.container.attrs["NetworkSettings"]["Ports"] or {}
+        try:
+            return {k: int(published[k][0]["HostPort"]) for k in ("50051/tcp", "9090/tcp")}
+        except (KeyError, TypeError, IndexError):
+            raise AssertionError(f"the container's ports are not published ({published}):\n"
+                                 f"{last_logs(self.container)}") from None
 
     @property
     def address(self) -> str:
-        return f"{self.ip}:50051"
+        return f"127.0.0.1:{self._ports['50051/tcp']}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self._ports['9090/tcp']}/metrics"
 
     def logs(self) -> str:
         return self.container.logs().decode(errors="replace")

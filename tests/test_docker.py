@@ -109,7 +109,7 @@ def test_image_starts_with_nsjail_self_test_passing_and_reports_healthy(verifier
     assert "uid 65534, no network, read-only root" in said, said
     print(f"\nin the container: {said}")
     # Prometheus: the sandbox is up.
-    with urllib.request.urlopen(f"http://{verifier.ip}:9090/metrics", timeout=10) as r:
+    with urllib.request.urlopen(verifier.metrics_url, timeout=10) as r:
         text = r.read().decode()
     up = [s.value for f in text_string_to_metric_families(text) for s in f.samples
           if s.name == "verifier_sandbox_up"]
