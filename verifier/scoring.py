@@ -35,6 +35,9 @@ class ScoringConfig:
     sandbox: SandboxKind = "nsjail"
     """Where model-written code runs: "nsjail" (default), "docker", or "unsafe-none" (no
     isolation; development only, refused off loopback)."""
+    docker_image: str = "python:3.11-slim"
+    """Image of the docker sandbox's containers (with ``--sandbox docker``; the engine is the
+    one DOCKER_HOST names). It must hold ``python3``; the verifier image does."""
     math_timeout_s: float = 5.0
     """Hard wall-clock deadline for one math item, seconds, unless the item asks for another.
     5 s is far above a normal item (~10 ms) and bounds a sympy blow-up."""
@@ -95,7 +98,9 @@ class Scorer:
         self.sandbox = sandbox
         self.sandbox_problem: str | None = None
         if sandbox is None:
-            self.sandbox, self.sandbox_problem = open_sandbox(config.sandbox)
+            self.sandbox, self.sandbox_problem = open_sandbox(
+                config.sandbox,
+                **({"image": config.docker_image} if config.sandbox == "docker" else {}))
         self._closed = False
 
     # -- public -------------------------------------------------------------------------
@@ -270,7 +275,7 @@ def _done(result: Result) -> Future:
     return f
 
 
-def open_sandbox(kind: SandboxKind) -> tuple[Any | None, str | None]:
+def open_sandbox(kind: SandboxKind, **options: Any) -> tuple[Any | None, str | None]:
     """Create the sandbox and run its self-test. Returns ``(sandbox, None)`` or
     ``(None, why)``: with no working sandbox the service still scores math and answers every
     code item with SANDBOX_ERROR naming the reason (never an unsandboxed run)."""
@@ -279,7 +284,7 @@ def open_sandbox(kind: SandboxKind) -> tuple[Any | None, str | None]:
     except ImportError as e:
         return None, f"sandbox package unavailable: {e}"
     try:
-        sb = create_sandbox(kind)
+        sb = create_sandbox(kind, **options)
         sb.self_test()
     except SandboxUnavailable as e:
         log.error("sandbox self-test failed; code items will get SANDBOX_ERROR",
