@@ -5,9 +5,9 @@
     python -m scripts.docker_engine stop                     # stop it (by its PID)
     python -m scripts.docker_engine status
 
-The engine is the one ``DOCKER_HOST`` names, else the default socket
-(``unix:///var/run/docker.sock``), else one this module started earlier and left running. When
-none answers and we are root with ``dockerd`` installed (``make setup`` installs Debian's
+The engine is the one ``DOCKER_HOST`` names (if it does not answer, that is an error), else the
+default socket (``unix:///var/run/docker.sock``), else one this module started earlier and left
+running. When none answers and we are root with ``dockerd`` installed (``make setup`` installs Debian's
 ``docker.io``), it starts ``dockerd`` on its own socket, data root and exec root under
 ``ENGINE_DIR`` (default ``/var/tmp/magic-rlvr-docker``; the data root persists, so built images
 and the build cache are reused by the next run) and stops it afterwards by its PID, unless asked
@@ -240,6 +240,16 @@ def start_engine(engine_dir: Path = ENGINE_DIR, log: Log = _log) -> Engine:
 
 
 def connect(start: bool = True, engine_dir: Path = ENGINE_DIR, log: Log = _log) -> Engine:
+    """The engine to use. A ``DOCKER_HOST`` that does not answer is an error, never replaced by
+    an engine of ours (whoever set it meant that engine); without ``DOCKER_HOST``: the default
+    socket, an engine of ours left running, else (``start``) a new one of ours."""
+    named = os.environ.get("DOCKER_HOST")
+    if named:
+        why = ping(named)
+        if why is not None:
+            raise EngineError(f"connect: DOCKER_HOST={named} does not answer ({why}); unset it "
+                              "to use the default socket or an engine started here")
+        return Engine(named)
     engine, tried = find_engine(engine_dir)
     if engine is not None:
         return engine

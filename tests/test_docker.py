@@ -480,11 +480,19 @@ def test_compose_two_replicas_score_through(docker_env, tmp_path) -> None:
 
 
 def test_an_engine_that_does_not_answer_is_named(tmp_path, monkeypatch) -> None:
+    # DOCKER_HOST names a dead engine: an error naming it; no engine of ours instead.
     where = f"unix://{tmp_path}/nothing.sock"
     monkeypatch.setenv("DOCKER_HOST", where)
+    with pytest.raises(de.EngineError, match=f"connect: DOCKER_HOST={where} does not answer"):
+        de.connect(start=True, engine_dir=tmp_path / "engine", log=print)
+    assert not (tmp_path / "engine").exists()
+    # None named and none answering, not allowed to start one: both places tried are named.
+    monkeypatch.delenv("DOCKER_HOST")
+    monkeypatch.setattr(de, "DEFAULT_SOCKET", f"unix://{tmp_path}/default.sock")
     with pytest.raises(de.EngineUnavailable, match="no Docker engine answers") as e:
         de.connect(start=False, engine_dir=tmp_path / "engine")
-    assert where in str(e.value) and str(tmp_path / "engine" / "docker.sock") in str(e.value)
+    assert f"{tmp_path}/default.sock" in str(e.value)
+    assert str(tmp_path / "engine" / "docker.sock") in str(e.value)
 
 
 def processes_mentioning(text: str) -> list[str]:
