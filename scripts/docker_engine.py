@@ -187,9 +187,23 @@ def find_engine(engine_dir: Path = ENGINE_DIR) -> tuple[Engine | None, list[str]
     ):
         why = ping(url)
         if why is None:
+            if url == our_socket(engine_dir):
+                return adopt(engine_dir), tried
             return Engine(url), tried
         tried.append(f"{url}: {why}")
     return None, tried
+
+
+def adopt(engine_dir: Path) -> Engine:
+    """Our engine, found running. Left running on request (``start``, ``--keep-engine``: the
+    ``kept`` marker), it stays so; otherwise it is the leftover of a run that was killed before
+    it could stop it, and this run stops it when done (by the PID in its pidfile)."""
+    url = our_socket(engine_dir)
+    pidfile = engine_dir / "dockerd.pid"
+    if (engine_dir / "kept").exists() or not pidfile.exists():
+        return Engine(url)
+    return Engine(url, pid=int(pidfile.read_text().strip()), log_path=engine_dir / "dockerd.log",
+                  exec_root=engine_dir / "exec")
 
 
 def start_engine(engine_dir: Path = ENGINE_DIR, log: Log = _log) -> Engine:
@@ -206,7 +220,8 @@ def start_engine(engine_dir: Path = ENGINE_DIR, log: Log = _log) -> Engine:
         # Two test runs starting at once: the second waits, then finds the first's engine.
         fcntl.flock(lock, fcntl.LOCK_EX)
         if ping(url) is None:
-            return Engine(url)
+            return adopt(engine_dir)
+        (engine_dir / "kept").unlink(missing_ok=True)
         argv = [
             dockerd,
             "--data-root", str(engine_dir / "data"),
@@ -472,6 +487,7 @@ def engine_session(keep: bool = False, log: Log = _log) -> Iterator[Engine]:
         yield engine
     finally:
         if keep and engine.ours:
+            (ENGINE_DIR / "kept").touch()
             log(f"leaving the engine running: pid {engine.pid}, "
                 f"DOCKER_HOST={engine.url}; stop it with `python -m scripts.docker_engine stop`")
         else:
@@ -500,10 +516,13 @@ def main(argv: list[str] | None = None) -> int:
             pid = int(pidfile.read_text().strip())
             stop_pid(pid)
             unmount_under(ENGINE_DIR / "exec")
+            (ENGINE_DIR / "kept").unlink(missing_ok=True)
             print(f"stopped dockerd pid {pid}")
             return 0
         if a.command == "start":
             engine = connect()
+            if engine.url == our_socket():
+                (ENGINE_DIR / "kept").touch()  # left running on request: later runs keep it
             print(f"export DOCKER_HOST={engine.url}"
                   + (f"   # dockerd pid {engine.pid}" if engine.ours else "   # already running"))
             return 0
