@@ -182,7 +182,7 @@ def test_positive_advantage_raises_the_sequence_logprob(model_dir, data):
 
 
 def test_micro_batch_size_does_not_change_the_update(model_dir, data):
-    """DESIGN.md 4: the mini-batch gradient must not depend on its split into micro-batches
+    """docs/magic.md: the mini-batch gradient must not depend on its split into micro-batches
     (every micro-batch divides by the mini-batch's global token count)."""
     loss = LossSettings(clip_high=0.28, entropy_coef=0.01)
     _, before, w1, m1 = run_update(model_dir, data, mbs=1, loss=loss)

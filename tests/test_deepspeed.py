@@ -173,7 +173,7 @@ def test_two_ranks_under_the_deepspeed_launcher_equal_one_process(model_dir, tmp
     """Two ranks, each with its own share of every mini-batch (uneven: different row and token
     counts, and rank 1 runs fewer micro-batches), one update per ZeRO stage 0/2/3: the weights
     and the metrics equal the single-process update on the whole batch. This is the
-    global-token-count rule across data-parallel ranks (DESIGN.md 4)."""
+    global-token-count rule across data-parallel ranks (docs/magic.md)."""
     batch = make_batch()[0]
     counts = [int(batch.response_mask[rank_rows(r)].sum()) for r in (0, 1)]
     assert counts[0] != counts[1] and len(rank_rows(0)) != len(rank_rows(1))

@@ -1,5 +1,5 @@
 """`trainer run` for real: a tiny model, the HF engine, the torch backend and a local verifier
-process. Config errors, the run directory contract (DESIGN.md 3.3), streamed verification,
+process. Config errors, the run directory contract (docs/contracts.md 3), streamed verification,
 exact resume after a SIGKILL, Ctrl-C checkpoints, and the vLLM and DeepSpeed paths."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from trainer.rewards import RewardError
 from trainer.run_config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
-AIME = ROOT.parent / "shared" / "data" / "eval"
+AIME = ROOT / "datasets" / "eval"
 
 REQUIRED_KEYS = ["step", "stage", "reward/mean", "reward/by_source/arithmetic", "entropy",
                  "entropy/coef", "response_length/mean", "truncated/frac", "filtered/frac",
@@ -359,7 +359,6 @@ def test_kl_reference_too_large_for_the_memory_is_refused_before_loading(data, t
 
 # -- data ------------------------------------------------------------------------------------
 
-@pytest.mark.skipif(not AIME.exists(), reason=f"{AIME} not present")
 def test_aime_parquet_loads_with_the_report_suffix_once() -> None:
     from trainer.data import DEFAULT_SUFFIX, load_problems
 
@@ -398,7 +397,7 @@ def test_sampler_resumes_exactly() -> None:
 
 @pytest.mark.parametrize("name", ["skywork_or1_7b", "skywork_or1_32b"])
 def test_report_recipes_load_with_the_released_values(name) -> None:
-    """DESIGN.md 4's table, as the shipped recipe configs state it."""
+    """docs/magic.md's table, as the shipped recipe configs state it."""
     cfg = load_config(ROOT / "trainer" / "configs" / f"{name}.yaml", ["data.train_files=[x.parquet]"])
     m = cfg.magic
     assert (m.prompts_per_step, m.group_size) == (256, 16)

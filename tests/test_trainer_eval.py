@@ -23,7 +23,7 @@ from trainer.interfaces import Completion, SamplingParams
 from trainer.rewards import RewardError
 
 ROOT = Path(__file__).resolve().parents[1]
-AIME = ROOT.parent / "shared" / "data" / "eval"
+AIME = ROOT / "datasets" / "eval"
 FIX = ROOT / "datasets" / "fixtures"
 
 
@@ -281,7 +281,6 @@ def test_trainer_eval_end_to_end(data, policy, tmp_path) -> None:  # noqa: F811
     assert again["avg@k"] == pytest.approx(summary["avg@k"])
 
 
-@pytest.mark.skipif(not AIME.exists(), reason=f"{AIME} not present")
 def test_trainer_eval_on_aime24_prints_the_report_table(policy, tmp_path, capsys) -> None:  # noqa: F811
     from trainer.cli import main
 

@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ev.add_argument("--model", required=True, help="local Hugging Face checkpoint directory")
     ev.add_argument("--dataset", required=True,
-                    help="aime24 | aime25 (../shared/data/eval/*.parquet) | lcb (needs "
+                    help="aime24 | aime25 (datasets/eval/*.parquet) | lcb (needs "
                          "--lcb-file) | a JSONL or parquet file in any loader format")
     ev.add_argument("--lcb-file", action="append", metavar="PATH",
                     help="local LiveCodeBench code_generation_lite release JSONL (repeatable)")

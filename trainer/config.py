@@ -1,6 +1,6 @@
 """``MagicConfig``: every knob of the MAGIC recipe, documented and validated (no torch).
 
-Defaults are the released Skywork-OR1 values (arXiv 2505.22312; DESIGN.md 4 table). Each field
+Defaults are the released Skywork-OR1 values (arXiv 2505.22312; docs/magic.md table). Each field
 carries ``metadata["help"]``: unit, default and why, and the report's section.
 :meth:`MagicConfig.from_dict` builds one from plain data (a YAML layer sits on top).
 Re-exported by :mod:`trainer.magic`.
@@ -25,7 +25,7 @@ KLEstimator = Literal["k1", "k3"]
 
 
 def default_stages() -> tuple[Stage, ...]:
-    """MAGIC's context stages 8K -> 16K -> 32K (DESIGN.md 4 table, Skywork-OR1 §3).
+    """MAGIC's context stages 8K -> 16K -> 32K (docs/magic.md table, Skywork-OR1 §3).
 
     The report moves on "once the model's performance converged" and publishes no step counts,
     so stages 1 and 2 end on a plateau of ``eval/accuracy`` (5 evaluations without
@@ -45,7 +45,7 @@ def _f(default: Any, help: str, **kwargs: Any) -> Any:  # noqa: A002 - "help" re
 
 @dataclass(frozen=True)
 class MagicConfig:
-    """The MAGIC recipe's knobs (Skywork-OR1 §3; DESIGN.md 4). Frozen: use
+    """The MAGIC recipe's knobs (Skywork-OR1 §3; docs/magic.md). Frozen: use
     ``dataclasses.replace`` (re-validated) to vary one. Cross-field rules are checked at
     construction; a broken one raises ValueError naming the rule."""
 

@@ -62,7 +62,7 @@ class Problem:
     default); ``verifier.profile`` in a run's config overrides it for every problem."""
 
     def verifier_item(self, item_id: str, response: str) -> dict[str, Any]:
-        """The verifier item (DESIGN.md 3.1) for one response to this problem."""
+        """The verifier item (docs/contracts.md 1) for one response to this problem."""
         return {"id": item_id, "domain": self.domain, "response": response,
                 "ground_truth": self.ground_truth, "data_source": self.data_source,
                 "profile": self.profile}

@@ -34,13 +34,13 @@ from trainer.rewards import RewardClient, RewardError, RewardStream
 log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
-EVAL_DATA_DIR = ROOT.parent / "shared" / "data" / "eval"
-"""Where ``--dataset aime24|aime25`` look: ``../shared/data/eval/<name>.parquet`` relative to
-the repository (DESIGN.md 7)."""
+EVAL_DATA_DIR = ROOT / "datasets" / "eval"
+"""Where ``--dataset aime24|aime25`` look: ``datasets/eval/<name>.parquet`` in the repository
+(the real AIME 2024 and 2025 problems, 30 each, verl parquet schema)."""
 
 NAMED_DATASETS = ("aime24", "aime25", "lcb")
 REPORT_K = {"aime24": 32, "aime25": 32, "lcb": 4}
-"""The report's k of avg@k: AIME24/25 avg@32, LiveCodeBench avg@4 (DESIGN.md 4)."""
+"""The report's k of avg@k: AIME24/25 avg@32, LiveCodeBench avg@4 (docs/magic.md)."""
 
 EVAL_SOURCE = "eval"
 """``Trainer.evaluate``'s name for problems without a data_source (metric ``eval/eval/avg@k``)."""
@@ -146,7 +146,7 @@ def summarize_run(run: ScoredRun, k: int, allow_errors: bool = False) -> dict[st
 
 
 def trainer_metrics(summary: dict[str, Any]) -> dict[str, float]:
-    """The training loop's evaluation metrics (DESIGN.md 3.3): ``eval/accuracy`` (avg@k over
+    """The training loop's evaluation metrics (docs/contracts.md 3): ``eval/accuracy`` (avg@k over
     all problems) and ``eval/<data_source>/avg@k``."""
     from verifier.evaluate import NO_SOURCE
 
@@ -197,8 +197,8 @@ def resolve_dataset(dataset: str, lcb_files: Sequence[str | Path] = ()) -> list[
     if dataset in ("aime24", "aime25"):
         path = EVAL_DATA_DIR / f"{dataset}.parquet"
         if not path.exists():
-            raise DataError(f"--dataset {dataset}: {path} does not exist (the AIME files live in "
-                            "../shared/data/eval/ relative to the repository)")
+            raise DataError(f"--dataset {dataset}: {path} does not exist (the AIME files ship in "
+                            "datasets/eval/ in the repository)")
         return [path]
     if dataset == "lcb":
         if not lcb_files:
@@ -269,7 +269,7 @@ def default_output_dir(opts: EvalOptions) -> Path:
 
 class verifier_connection:  # noqa: N801 - a context manager used like a function
     """A connected RewardClient: to ``addr``, or to a local ``verifier serve`` child started
-    for the job and stopped after (DESIGN.md 3.2)."""
+    for the job and stopped after (docs/contracts.md 2)."""
 
     def __init__(self, addr: str | None, workers: int = 2, connect_timeout_s: float = 60.0):
         self.addr, self.workers, self.connect_timeout_s = addr, workers, connect_timeout_s

@@ -1,4 +1,4 @@
-"""Offline difficulty filtering (``trainer filter``, DESIGN.md 4): sample k responses per problem
+"""Offline difficulty filtering (``trainer filter``, docs/magic.md): sample k responses per problem
 with the rollout engine, score them through the verifier, write every row back with its pass
 count, and keep the problems solved in [lo, hi] of k (the report's released filter: 1..15 of
 16, with the base model).
@@ -58,7 +58,7 @@ class FilterOptions:
     lo: int = 1
     hi: int = 15
     temperature: float = 1.0
-    """The rollout temperature of training (DESIGN.md 4): the filter measures how the policy
+    """The rollout temperature of training (docs/magic.md): the filter measures how the policy
     will see each problem."""
     top_p: float = 1.0
     top_k: int = -1

@@ -1,5 +1,5 @@
 """Streamed verification: completions go to the verifier as soon as each generation chunk
-finishes, and rewards come back while generation continues (DESIGN.md 4: rollout dominates step
+finishes, and rewards come back while generation continues (docs/magic.md: rollout dominates step
 time, so verification must overlap it).
 
 ``RewardClient`` is the trainer's connection to the verifier. It runs a

@@ -1,7 +1,7 @@
 """``trainer run``'s configuration: one dataclass tree, loaded from YAML plus ``key=value``
 overrides (OmegaConf merges them), validated at construction.
 
-The MAGIC knobs live in ``magic`` (trainer/config.py's MagicConfig, DESIGN.md 4); the rollout
+The MAGIC knobs live in ``magic`` (trainer/config.py's MagicConfig, docs/magic.md); the rollout
 engine in ``engine``, the training backend in ``backend``; everything else is here.
 """
 

@@ -1,9 +1,9 @@
 """Schedules of MAGIC: multi-stage context lengths and the off-policy quadruple.
 
 - Multi-stage training: Skywork-OR1 (arXiv 2505.22312) §3, "Multi-Stage Training";
-  DESIGN.md 4, rule "Multi-stage".
+  docs/magic.md, rule "Multi-stage".
 - The off-policy quadruple (N_SGD, D_R, D_T, N_reuse): Skywork-OR1 §3 "On-Policy Training" and
-  the off-policy-update ablation of §4 (entropy-collapse studies); DESIGN.md 4, rule
+  the off-policy-update ablation of §4 (entropy-collapse studies); docs/magic.md, rule
   "Off-policy knobs".
 
 torch is imported lazily (only :meth:`OffPolicyConfig.minibatches` and
@@ -152,7 +152,7 @@ class Stage:
 def validate_stages(stages: Sequence[Stage]) -> None:
     """Check a stage list: non-empty, unique names, strictly increasing lengths, end conditions.
 
-    Skywork-OR1 §3 "Multi-Stage Training" (the context length T only grows); DESIGN.md 4.
+    Skywork-OR1 §3 "Multi-Stage Training" (the context length T only grows); docs/magic.md.
 
     Raises:
         ValueError: stating the broken rule.
@@ -305,7 +305,7 @@ class OffPolicyConfig:
     ``N_SGD = (D_R / D_T) * N_reuse``. ``(1, D, D, 1)`` is on-policy (MAGIC; the report's
     (1, 64, 64, 1)): one optimizer step per rollout batch, one epoch.
 
-    Skywork-OR1 §3 "On-Policy Training" and §4 off-policy ablation; DESIGN.md 4.
+    Skywork-OR1 §3 "On-Policy Training" and §4 off-policy ablation; docs/magic.md.
 
     Raises:
         ValueError: unless all four are ints >= 1, D_T divides D_R and

@@ -5,7 +5,7 @@
   ZeRO stage 0-3, data parallel over the ``deepspeed``/``torchrun`` launcher's ranks.
 
 Both share one forward pass and one MAGIC update loop (:mod:`trainer.backends.common`), so the
-loss, the global-token-count rule (DESIGN.md 4) and the metrics are identical by construction.
+loss, the global-token-count rule (docs/magic.md) and the metrics are identical by construction.
 With ``keep_reference`` both also hold a frozen KL reference policy, whose memory
 :mod:`trainer.backends.reference` checks before anything loads.
 
@@ -41,7 +41,7 @@ def _f(default: Any, help: str) -> Any:
 
 @dataclass(frozen=True)
 class BackendConfig:
-    """How the policy is trained (DESIGN.md 4 "optimizer" row; DESIGN.md 7 machine facts).
+    """How the policy is trained (docs/magic.md "optimizer" row; docs/machines.md machine facts).
     Frozen: vary a field with ``dataclasses.replace`` (re-validated). Each field's
     ``metadata["help"]`` gives unit, default and why."""
 
@@ -54,7 +54,7 @@ class BackendConfig:
         "gradients, 3: + parameters). Default 0. Only meaningful with kind='deepspeed'."))
     lr: float = _f(1e-6, (
         "AdamW learning rate, constant (no schedule, no warm-up), > 0. Default 1e-6 as released "
-        "(DESIGN.md 4, Skywork-OR1 training scripts)."))
+        "(docs/magic.md, Skywork-OR1 training scripts)."))
     betas: tuple[float, float] = _f((0.9, 0.999), (
         "AdamW (beta1, beta2), each in [0, 1). Default (0.9, 0.999) as released."))
     eps: float = _f(1e-8, (

@@ -2,7 +2,7 @@
 
 - :func:`token_stats`: one micro-batch through a causal LM -> target-token log-probs ``[b, T]``
   and, when asked, the full-distribution entropy ``[b, T]`` (``T = L - 1``), memory-aware.
-- :class:`PolicyBackendBase`: ``logprobs`` and ``update`` (DESIGN.md 4 "Policy loss": one
+- :class:`PolicyBackendBase`: ``logprobs`` and ``update`` (docs/magic.md "Policy loss": one
   optimizer step per mini-batch, every micro-batch divided by the mini-batch's GLOBAL response
   token count). Subclasses supply the forward call, the backward call, the optimizer step and
   the collectives; so TorchBackend and DeepSpeedBackend compute the same loss by construction.
@@ -115,7 +115,7 @@ def target_logprobs(logits: torch.Tensor, targets: torch.Tensor,
                     chunk_size: int = 1024) -> torch.Tensor:
     """log softmax(logits)[target] at every position, without a [.., V] log-softmax copy.
 
-    Rule: ``log pi(t) = x_t - logsumexp(x)`` (the log-prob the PPO ratio needs, DESIGN.md 4).
+    Rule: ``log pi(t) = x_t - logsumexp(x)`` (the log-prob the PPO ratio needs, docs/magic.md).
     Memory: positions are processed ``chunk_size`` at a time and only one chunk is upcast to
     float32; when the logits are lower precision and grad is needed, each chunk is
     checkpointed so that backward does not keep every chunk's float32 copy alive.
@@ -298,7 +298,7 @@ class PolicyBackendBase:
                ref_logprobs: torch.Tensor | None = None) -> dict[str, float]:
         """Apply ``plan`` (see ``TrainingBackend.update``): per mini-batch, accumulate the
         gradients of ``magic_loss`` over micro-batches, each divided by the mini-batch's global
-        token count (DESIGN.md 4 split invariance), then one clipped optimizer step.
+        token count (docs/magic.md split invariance), then one clipped optimizer step.
 
         Metrics are token means over every response token processed (all ranks), so
         ``entropy`` is the token-mean full-distribution entropy of the batch's responses, the
@@ -464,6 +464,6 @@ class PolicyBackendBase:
 
 
 def adamw_kwargs(config: BackendConfig) -> dict[str, Any]:
-    """DESIGN.md 4 optimizer row: AdamW, constant lr, betas, eps, decoupled weight decay."""
+    """docs/magic.md optimizer row: AdamW, constant lr, betas, eps, decoupled weight decay."""
     return {"lr": config.lr, "betas": tuple(config.betas), "eps": config.eps,
             "weight_decay": config.weight_decay}

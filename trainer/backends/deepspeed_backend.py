@@ -6,7 +6,7 @@ vars MASTER_ADDR/PORT, RANK, WORLD_SIZE, LOCAL_RANK), which :meth:`DeepSpeedBack
 tears down again. On a machine without GPUs DeepSpeed falls back to its CPU accelerator and the
 gloo backend (``DS_ACCELERATOR=cpu`` forces it).
 
-Loss scaling and accumulation (how the global-token-count rule of DESIGN.md 4 is kept exact):
+Loss scaling and accumulation (how the global-token-count rule of docs/magic.md is kept exact):
 the DeepSpeed config says ``gradient_accumulation_steps = 1``, so ``engine.backward`` does not
 rescale the loss (``engine_loss_divisor = 1``), and the backend owns the accumulation boundary:
 before every micro-batch it calls ``engine.set_gradient_accumulation_boundary(last)``, and after

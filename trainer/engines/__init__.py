@@ -33,7 +33,7 @@ class EngineConfig:
     chunk_size: int = 8
     """Prompts per chunk, count, >= 1. Default 8. ``generate`` hands each chunk's completions to
     ``on_done`` as soon as the chunk is finished, so the verifier scores them while generation
-    goes on (DESIGN.md 4: verification must overlap generation). HF generates chunk by chunk
+    goes on (docs/magic.md: verification must overlap generation). HF generates chunk by chunk
     (chunk_size x n rows in one batch); vLLM schedules all prompts at once and reports every
     chunk_size finished prompts. Smaller = earlier first rewards; larger = bigger HF batches."""
     dtype: str = "auto"

