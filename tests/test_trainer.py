@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from trainer.hf_utils import CheckpointError
-from trainer.rewards import RewardError
-from trainer.run_config import load_config
+from trainer.verifier_bridge import RewardError
+from trainer.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 AIME = ROOT / "datasets" / "eval"
@@ -52,7 +52,7 @@ def policy(data, tmp_path_factory) -> Path:
     a head dimension of 32."""
     from trainer.data import load_problems
     from trainer.hf_utils import chat_prompt_ids, load_tokenizer
-    from trainer.run_config import WarmStartSettings
+    from trainer.config import WarmStartSettings
     from trainer.tiny import save_tiny
     from trainer.warmstart import warm_start
 
@@ -105,7 +105,7 @@ def run_cli(args: list[str], **kw) -> subprocess.CompletedProcess:
     ({"magic__mini_batch_size": 3}, "divide"),
     ({"magic__stages": "[{name: a, max_response_length: 8, steps: 2}, {name: b, max_response_length: 6}]"},
      "increasing"),
-    ({"magic__nonsense": 1}, "unknown MagicConfig keys"),
+    ({"magic__nonsense": 1}, "unknown magic key 'nonsense'"),
     ({"log__progress": "sometimes"}, "log.progress must be one of"),
     ({"verifier__profile": "leetcode"}, "verifier.profile must be one of"),
 ])

@@ -24,7 +24,7 @@ from typing import Literal
 import torch
 import torch.utils.checkpoint
 
-from .config import KLEstimator, MagicConfig, MaskMode, default_stages
+from .magic_config import KLEstimator, MagicConfig, MaskMode, default_stages
 from .magic_controller import ENTROPY_MODES, AdaptiveEntropyController, EntropyMode
 from .schedule import (
     OffPolicyConfig,

@@ -20,13 +20,16 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
+from transformers import AutoModelForCausalLM
 
 from .. import magic
 from ..hf_utils import CheckpointError
 from ..interfaces import LossSettings, TokenBatch, UpdatePlan
 from . import BackendConfig
 
-EntropyMode = Literal["none", "detached", "grad"]
+EntropyGrad = Literal["none", "detached", "grad"]
+"""How a forward pass computes the entropy: not at all, detached (a metric), or with its
+gradient (the entropy bonus is in the loss). Not MAGIC's entropy_mode (the controller's)."""
 ForwardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 #: The metric keys ``update`` always returns (``TrainingBackend.update`` docstring), besides
@@ -47,7 +50,6 @@ _GLOBAL_METRICS = ("grad_norm", "grad_norm/max", "lr", "optimizer_steps")
 def load_causal_lm(path: str | Path, dtype: torch.dtype = torch.float32) -> Any:
     """``AutoModelForCausalLM`` from a local HF checkpoint in ``dtype`` (explicit: transformers
     5 would otherwise load the checkpoint's own dtype), with the KV cache off (training)."""
-    from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     model.config.use_cache = False
@@ -154,7 +156,7 @@ def used_length(attention_mask: torch.Tensor) -> int:
 
 
 def token_stats(forward: ForwardFn, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
-                entropy: EntropyMode = "none", chunk_size: int = 1024,
+                entropy: EntropyGrad = "none", chunk_size: int = 1024,
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One micro-batch through the model: per-target log-probs and (optionally) entropy.
 
@@ -372,7 +374,7 @@ class PolicyBackendBase:
         mask = batch.response_mask[idx].to(dev)  # [b, L-1]
         if not real:
             mask = torch.zeros_like(mask)
-        entropy_mode: EntropyMode = "grad" if loss.entropy_coef != 0 else "detached"
+        entropy_mode: EntropyGrad = "grad" if loss.entropy_coef != 0 else "detached"
         lp, ent = token_stats(self._forward_logits, ids, attn, entropy=entropy_mode,
                               chunk_size=self.config.entropy_chunk_size)  # [b, L-1] x2
         if ref_logprobs is not None:

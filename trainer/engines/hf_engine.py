@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
+from transformers import AutoModelForCausalLM, GenerationConfig
 
 from trainer.engines import EngineConfig, EngineError, check_sampling_params, eos_token_ids
 from trainer.interfaces import Completion, SamplingParams
@@ -28,8 +29,6 @@ class HFEngine:
 
     def __init__(self, model_path: str | Path, tokenizer: Any,
                  config: EngineConfig | None = None) -> None:
-        from transformers import AutoModelForCausalLM, GenerationConfig
-
         self.config = config or EngineConfig()
         self.model_path = Path(model_path)
         self.tokenizer = tokenizer
