@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def make_config(tmp: Path, steps: int, stream: bool, chunk: int):
-    from trainer.run_config import load_config
+    from trainer.config import load_config
 
     return load_config(ROOT / "trainer" / "configs" / "demo.yaml", [
         f"output_dir={tmp}", f"name=bench-{'stream' if stream else 'after'}",

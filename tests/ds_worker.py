@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from the launcher: make `trainer` importable
     sys.path.insert(0, str(ROOT))
 
+from trainer import dist
 from trainer.backends import BackendConfig
 from trainer.interfaces import Completion, LossSettings, TokenBatch, UpdatePlan
 
@@ -149,8 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     for stage in args.stages:
         (_run_kl if args.kl else _run_stage)(args.model, args.out, stage)
-    torch.distributed.barrier()  # both ranks finished writing before either tears down
-    torch.distributed.destroy_process_group()
+    dist.shutdown()  # both ranks finished writing; the groups freed before finalization
 
 
 if __name__ == "__main__":

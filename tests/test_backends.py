@@ -17,6 +17,7 @@ from tests.ds_worker import LINEAR, make_batch
 from trainer import magic
 from trainer.backends import BackendConfig, check_model_path, create_backend
 from trainer.backends.common import UPDATE_METRIC_KEYS, target_logprobs, token_stats
+from trainer.config_schema import field_docs
 from trainer.backends.torch_backend import TorchBackend
 from trainer.hf_utils import CheckpointError
 from trainer.interfaces import Completion, LossSettings, TokenBatch, UpdatePlan
@@ -64,8 +65,9 @@ def test_config_defaults_are_the_released_optimizer():
     cfg = BackendConfig()
     assert (cfg.kind, cfg.zero_stage, cfg.lr, cfg.betas, cfg.weight_decay, cfg.grad_clip) == (
         "torch", 0, 1e-6, (0.9, 0.999), 0.01, 1.0)
+    docs = field_docs(BackendConfig)
     for f in dataclasses.fields(cfg):
-        assert f.metadata["help"], f.name
+        assert docs[f.name], f.name
 
 
 @pytest.mark.parametrize("kwargs, rule", [
@@ -182,7 +184,7 @@ def test_positive_advantage_raises_the_sequence_logprob(model_dir, data):
 
 
 def test_micro_batch_size_does_not_change_the_update(model_dir, data):
-    """DESIGN.md 4: the mini-batch gradient must not depend on its split into micro-batches
+    """docs/magic.md: the mini-batch gradient must not depend on its split into micro-batches
     (every micro-batch divides by the mini-batch's global token count)."""
     loss = LossSettings(clip_high=0.28, entropy_coef=0.01)
     _, before, w1, m1 = run_update(model_dir, data, mbs=1, loss=loss)

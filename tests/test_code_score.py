@@ -1,4 +1,4 @@
-"""score_code on every format of DESIGN.md 3.1, right and wrong, with LiveCodeBench's comparison
+"""score_code on every format of docs/contracts.md 1, right and wrong, with LiveCodeBench's comparison
 rules, early stop vs run-all, bad ground truths and a broken sandbox. Real nsjail."""
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from trainer.data import (DEFAULT_SUFFIX, LCB_REPORT_WINDOW, DataError, decode_l
                           load_problems, model_difficulty, select_by_difficulty)
 
 ROOT = Path(__file__).resolve().parents[1]
-AIME = ROOT.parent / "shared" / "data" / "eval"
+AIME = ROOT / "datasets" / "eval"
 FIX = ROOT / "datasets" / "fixtures"
 R7 = "DeepSeek-R1-Distill-Qwen-7B"
 
@@ -43,7 +43,6 @@ def _score(server, problems, responses: dict[str, str]) -> dict:
 
 # -- the real AIME files ---------------------------------------------------------------------
 
-@pytest.mark.skipif(not AIME.exists(), reason=f"{AIME} not present")
 def test_aime_files_round_trip_through_the_verifier(server) -> None:
     from trainer.evaluation import generations_records
     from verifier.evaluate import problem_from_dict

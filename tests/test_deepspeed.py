@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.backend_fixtures import model_dir, one_torch_thread  # noqa: F401 (fixtures)
 from tests.ds_worker import (
     KL_CONFIG,
     KL_LOSS,
@@ -32,7 +33,6 @@ from tests.ds_worker import (
     one_minibatch,
     rank_rows,
 )
-from tests.backend_fixtures import model_dir, one_torch_thread  # noqa: F401 (fixtures)
 from trainer.backends import BackendConfig, create_backend
 from trainer.backends.torch_backend import TorchBackend
 from trainer.hf_utils import CheckpointError
@@ -173,7 +173,7 @@ def test_two_ranks_under_the_deepspeed_launcher_equal_one_process(model_dir, tmp
     """Two ranks, each with its own share of every mini-batch (uneven: different row and token
     counts, and rank 1 runs fewer micro-batches), one update per ZeRO stage 0/2/3: the weights
     and the metrics equal the single-process update on the whole batch. This is the
-    global-token-count rule across data-parallel ranks (DESIGN.md 4)."""
+    global-token-count rule across data-parallel ranks (docs/magic.md)."""
     batch = make_batch()[0]
     counts = [int(batch.response_mask[rank_rows(r)].sum()) for r in (0, 1)]
     assert counts[0] != counts[1] and len(rank_rows(0)) != len(rank_rows(1))
@@ -186,8 +186,9 @@ def test_two_ranks_under_the_deepspeed_launcher_equal_one_process(model_dir, tmp
     cmd = _launcher() + ["--num_gpus", "2", "--master_port", str(free_port()),
                          str(ROOT / "tests" / "ds_worker.py"), "--model", str(model_dir),
                          "--out", str(out), "--stages", *map(str, stages)]
+    # PYTHONFAULTHANDLER: a rank that dies on a signal prints every thread's Python stack.
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-           "PYTHONUNBUFFERED": "1"}
+           "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=400)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -259,8 +260,9 @@ def test_kl_reference_on_two_ranks_under_zero3(wide_model_dir, tmp_path):
     cmd = _launcher() + ["--num_gpus", "2", "--master_port", str(free_port()),
                          str(ROOT / "tests" / "ds_worker.py"), "--model", str(wide_model_dir),
                          "--out", str(out), "--stages", "3", "--kl"]
+    # PYTHONFAULTHANDLER: a rank that dies on a signal prints every thread's Python stack.
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-           "PYTHONUNBUFFERED": "1"}
+           "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=400)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]

@@ -1,4 +1,4 @@
-"""Answer extraction (DESIGN.md 5): the think block and the last \\boxed{...}."""
+"""Answer extraction (docs/verifier.md 1): the think block and the last \\boxed{...}."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""AdaptiveEntropyController against hand-written trajectories (DESIGN.md 4, "Entropy")."""
+"""AdaptiveEntropyController against hand-written trajectories (docs/magic.md, "Entropy")."""
 
 from __future__ import annotations
 

@@ -127,7 +127,7 @@ def test_stage_dict_round_trip():
     stage = Stage.from_dict(data)
     assert stage.plateau == Plateau("eval/accuracy", 3)
     assert stage.to_dict() == data
-    with pytest.raises(ValueError, match=r"unknown stage keys \['length'\]"):
+    with pytest.raises(ValueError, match=r"unknown stage key 'length'"):
         Stage.from_dict({"name": "s", "length": 3})
     with pytest.raises(ValueError, match="max_response_length"):
         Stage.from_dict({"name": "s"})
@@ -224,7 +224,7 @@ def test_response_indices():
 def test_off_policy_dict_round_trip():
     cfg = OffPolicyConfig(4, 64, 32, 2)
     assert OffPolicyConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
-    with pytest.raises(ValueError, match="unknown off-policy keys"):
+    with pytest.raises(ValueError, match="unknown off-policy key"):
         OffPolicyConfig.from_dict({"n_sgd": 1, "D_R": 64})
 
 

@@ -1,4 +1,4 @@
-"""Split invariance (DESIGN.md 4): the gradient of a mini-batch must not depend on how it is
+"""Split invariance (docs/magic.md): the gradient of a mini-batch must not depend on how it is
 split into micro-batches or data-parallel ranks. A tiny linear "policy" in float64."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The math scorer (DESIGN.md 5): extraction, equivalence, its chosen rules, bad input, bombs."""
+"""The math scorer (docs/verifier.md 1): extraction, equivalence, its chosen rules, bad input, bombs."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,7 +19,7 @@ from verifier.math_score import MAX_ANSWER_CHARS, score_math
 
 C, I, N, X = Status.CORRECT, Status.INCORRECT, Status.NO_ANSWER, Status.INVALID_INPUT
 LIMITS = Limits()
-EVAL_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "eval"
+EVAL_DATA = Path(__file__).resolve().parents[1] / "datasets" / "eval"
 
 
 def box(answer: str) -> str:
@@ -317,13 +318,9 @@ def test_warm_up_runs() -> None:
 
 
 def _aime_rows() -> list[dict[str, Any]]:
-    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is not installed; AIME check skipped")
     rows: list[dict[str, Any]] = []
     for name in ("aime24", "aime25"):
-        path = EVAL_DATA / f"{name}.parquet"
-        if not path.exists():
-            pytest.skip(f"{path} is missing")
-        rows.extend(pq.read_table(path).to_pylist())
+        rows.extend(pq.read_table(EVAL_DATA / f"{name}.parquet").to_pylist())
     return rows
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from trainer.data import load_problems
-from trainer.run_config import load_config
+from trainer.config import load_config
 from trainer.tiny import build_tokenizer
 from trainer.warmstart import target_response
 from verifier.client import VerifierClient

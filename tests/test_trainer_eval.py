@@ -1,4 +1,4 @@
-"""Evaluation and offline filtering (trainer/evaluation.py, trainer/filtering.py): avg@k on
+"""Evaluation and offline filtering (trainer/evaluation.py, trainer/offline_filter.py): avg@k on
 generations with known right answers, the filter keeping exactly the expected problems (a fake
 engine, the real verifier), resuming an interrupted filter, and ``trainer eval`` / ``trainer
 filter`` end to end on the tiny CPU model."""
@@ -18,12 +18,12 @@ from tests.test_trainer import data, policy  # noqa: F401  (the warm-started tin
 from trainer.data import Problem, load_dataset
 from trainer.evaluation import (generate_and_score, generations_records, summarize_run,
                                 trainer_metrics)
-from trainer.filtering import FilterError, FilterOptions, released_filter, run_filter
+from trainer.offline_filter import FilterError, FilterOptions, released_filter, run_filter
 from trainer.interfaces import Completion, SamplingParams
-from trainer.rewards import RewardError
+from trainer.verifier_bridge import RewardError
 
 ROOT = Path(__file__).resolve().parents[1]
-AIME = ROOT.parent / "shared" / "data" / "eval"
+AIME = ROOT / "datasets" / "eval"
 FIX = ROOT / "datasets" / "fixtures"
 
 
@@ -77,7 +77,7 @@ def wrong(answer: str) -> str:
 
 @pytest.fixture(scope="module")
 def client(server):
-    from trainer.rewards import RewardClient
+    from trainer.verifier_bridge import RewardClient
 
     with RewardClient(server[1]) as c:
         yield c
@@ -281,7 +281,6 @@ def test_trainer_eval_end_to_end(data, policy, tmp_path) -> None:  # noqa: F811
     assert again["avg@k"] == pytest.approx(summary["avg@k"])
 
 
-@pytest.mark.skipif(not AIME.exists(), reason=f"{AIME} not present")
 def test_trainer_eval_on_aime24_prints_the_report_table(policy, tmp_path, capsys) -> None:  # noqa: F811
     from trainer.cli import main
 

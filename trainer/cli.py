@@ -1,69 +1,283 @@
-"""``trainer`` command line: ``run``, ``plot``, ``eval`` and ``filter``.
+"""``trainer`` command line: ``run``, ``config show``, ``plot``, ``eval`` and ``filter``.
 
     trainer run --config FILE [--verifier-addr ADDR[,ADDR...]] [key=value ...]
     trainer run --resume runs/NAME [key=value ...]
+    trainer config show [--config FILE] [key=value ...]
     trainer plot runs/NAME
     trainer eval --model PATH --dataset aime24|aime25|lcb|FILE [--k 32] [--temperature 0.6]
                  [--top-p 1.0] [--max-tokens 32768] [--verifier-addr ADDR] [--engine hf|vllm]
     trainer filter --model PATH --input FILE --output FILE [--k 16 --lo 1 --hi 15]
     trainer filter --released-difficulty MODEL --input FILE --output FILE
+
+Built like ``verifier``'s: each subcommand is one dataclass whose fields and docstrings tyro
+turns into flags and help. ``trainer run --help`` also lists every knob of the run config
+(trainer/config.py), the keys of ``key=value``.
 """
 
 from __future__ import annotations
 
-import argparse
+import inspect
 import logging
 import sys
+import textwrap
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Literal, Union
 
+import tyro
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from transformers.utils import logging as hf_logging
 
-from trainer.data import DEFAULT_SUFFIX
+from trainer import dist
+from trainer.config import config_yaml, knob_help, load_config
+from trainer.data import DEFAULT_SUFFIX, DataError
+from trainer.engines import EngineConfig, check_model_path, create_engine
+from trainer.evaluation import EvalOptions, dataset_name, run_eval
+from trainer.hf_utils import CheckpointError, load_tokenizer, problem_prompt_ids
+from trainer.loop import Trainer
+from trainer.offline_filter import (
+    FilterError,
+    FilterOptions,
+    load_for_filter,
+    released_filter,
+    run_filter,
+)
+from trainer.plot import plot_run
+from trainer.verifier_bridge import RewardError, verifier_connection
+from verifier.evaluate import eval_table
 
 log = logging.getLogger("trainer")
 
 
 def _setup_logging() -> None:
-    from verifier.cli import setup_logging
-
-    setup_logging("text")
-    try:  # transformers' per-file progress bars drown the run's own output
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    except ImportError:
-        pass
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr, level=logging.INFO, force=True)
+    hf_logging.disable_progress_bar()  # per-file progress bars drown the run's own output
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from trainer.loop import Trainer
-    from trainer.run_config import load_config
+# -- the subcommands' arguments --------------------------------------------------------------
 
+@dataclass
+class RunArgs:
+    """Train (or resume) a run. Settings come from the YAML file, then the key=value
+    overrides (dotted keys of the run config, listed below)."""
+
+    overrides: tyro.conf.Positional[list[str]] = field(default_factory=list)
+    """key=value config overrides, dotted keys (e.g. magic.group_size=8 data.train_files=[a,b])."""
+    config: Path | None = None
+    """YAML config (see trainer/configs/)."""
+    resume: Path | None = None
+    """Continue runs/NAME from its latest checkpoint (its config.yaml is the base)."""
+    verifier_addr: str | None = None
+    """HOST:PORT[,HOST:PORT...] of a verifier fleet; default: start a local one for the run."""
+
+
+@dataclass
+class ConfigArgs:
+    """Print the resolved run config as YAML, each key with its help as a comment (what
+    `trainer run` with the same arguments would use)."""
+
+    action: tyro.conf.Positional[Literal["show"]]
+    """What to do: show."""
+    overrides: tyro.conf.Positional[list[str]] = field(default_factory=list)
+    """key=value config overrides, dotted keys."""
+    config: Path | None = None
+    """YAML config (default: every default; then model_path or tiny_model and
+    data.train_files must be given as overrides)."""
+    resume: Path | None = None
+    """A run directory: show its config.yaml with the overrides applied."""
+    comments: bool = True
+    """Write each key's help as # comments above it."""
+
+
+@dataclass
+class PlotArgs:
+    """Write PNG plots of a run (reward, entropy, length, ...)."""
+
+    run_dir: tyro.conf.Positional[Path]
+    """The run directory (runs/NAME)."""
+
+
+@dataclass
+class EngineArgs:
+    """The rollout engine of ``trainer eval`` and ``trainer filter``."""
+
+    engine: Literal["hf", "vllm"] = "hf"
+    """hf: Hugging Face generate (CPU, small models); vllm: production."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """The engine's weights/compute dtype ("auto": the checkpoint's)."""
+    chunk_size: int = 8
+    """Prompts per chunk handed to the verifier as it finishes (hf: per batch)."""
+    tensor_parallel_size: int = 1
+    """vllm: GPUs per engine."""
+    gpu_memory_utilization: float = 0.9
+    """vllm: share of GPU memory for weights + KV cache (no trainer shares it)."""
+    max_model_len: int | None = None
+    """vllm: longest prompt + response, tokens (default: the model's)."""
+    enforce_eager: bool = False
+    """vllm: no CUDA graphs."""
+    kv_cache_gib: float | None = None
+    """vllm: explicit KV cache size, GiB."""
+    tokenizer: str | None = None
+    """Tokenizer directory (default: --model)."""
+    verifier_addr: str | None = None
+    """HOST:PORT[,HOST:PORT...] of a verifier; default: start a local one."""
+    verifier_workers: int = 2
+    """Workers of the local verifier (without --verifier-addr)."""
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(kind=self.engine, dtype=self.dtype, chunk_size=self.chunk_size,
+                            tensor_parallel_size=self.tensor_parallel_size,
+                            gpu_memory_utilization=self.gpu_memory_utilization,
+                            max_model_len=self.max_model_len, enforce_eager=self.enforce_eager,
+                            kv_cache_gib=self.kv_cache_gib, enable_sleep_mode=False)
+
+
+@dataclass
+class EvalArgs(EngineArgs):
+    """Generate k samples per problem and report avg@k / pass@k (the report's table)."""
+
+    model: str = ""
+    """Local Hugging Face checkpoint directory (required)."""
+    dataset: str = ""
+    """aime24 | aime25 (datasets/eval/*.parquet) | lcb (needs --lcb-file) | a JSONL or parquet
+    file in any loader format (required)."""
+    lcb_file: list[str] = field(default_factory=list)
+    """Local LiveCodeBench code_generation_lite release JSONL files."""
+    lcb_start: str = "2024-08-01"
+    """First contest_date kept (inclusive; the report's window)."""
+    lcb_end: str = "2025-02-01"
+    """Last contest_date kept (inclusive)."""
+    lcb_all_dates: bool = False
+    """No contest-date window."""
+    lcb_style: Literal["auto", "generic", "deepseek-r1"] = "auto"
+    """LiveCodeBench prompt template; auto: LiveCodeBench's choice for the model (deepseek-r1
+    for DeepSeek-R1-Distill models, else generic)."""
+    k: int | None = None
+    """Samples per problem (avg@k); default: the report's, 32 for AIME and math files, 4 for
+    LiveCodeBench and files with code."""
+    temperature: float = 0.6
+    """Sampling temperature (the report's 0.6 for the 7B model)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    top_k: int = -1
+    """Top-k sampling (-1: off)."""
+    max_tokens: int = 32768
+    """Response limit, tokens."""
+    seed: int = 0
+    """Sampling seed."""
+    output_dir: Path | None = None
+    """Where generations.jsonl, results.jsonl and summary.json go (default:
+    runs/eval/<model>-<dataset>)."""
+    instruction_suffix: str = DEFAULT_SUFFIX
+    """Appended to math prompts (the report's; '' for none)."""
+    limit: int | None = None
+    """First N problems only."""
+    skip_invalid: bool = False
+    """Skip malformed rows (counted) instead of failing."""
+    allow_errors: bool = False
+    """Count responses the verifier could not judge as incorrect."""
+    timeout_s: float = 3600.0
+    """Longest wait for verdicts after generation ends, seconds."""
+
+
+@dataclass
+class FilterArgs(EngineArgs):
+    """Offline difficulty filter: keep problems solved in [lo, hi] of k samples."""
+
+    input: Path = Path()
+    """JSONL or parquet, any loader format (required)."""
+    output: Path = Path()
+    """Every row with pass_count/pass_k (same format as the input; required)."""
+    model: str | None = None
+    """Local checkpoint that samples the responses."""
+    released_difficulty: str | None = None
+    """Sample nothing: use extra_info.model_difficulty[MODEL] of the data (e.g.
+    DeepSeek-R1-Distill-Qwen-7B), as Skywork's release does."""
+    kept_output: Path | None = None
+    """The kept rows (default: <output>.kept.<ext>)."""
+    k: int = 16
+    """Samples per problem."""
+    lo: int = 1
+    """Keep pass_count >= lo."""
+    hi: int = 15
+    """Keep pass_count <= hi."""
+    temperature: float = 1.0
+    """Sampling temperature (the training rollouts')."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    top_k: int = -1
+    """Top-k sampling (-1: off)."""
+    max_tokens: int = 32768
+    """Response limit, tokens."""
+    seed: int = 0
+    """Batch b samples with seed + b."""
+    batch_size: int = 64
+    """Problems per generate call and per saved progress record."""
+    difficulty_key: str | None = None
+    """Key under extra_info.model_difficulty for verl rows (default: the model directory's
+    name)."""
+    instruction_suffix: str = DEFAULT_SUFFIX
+    """Appended to math prompts (the report's; '' for none)."""
+    skip_invalid: bool = False
+    """Skip malformed rows (counted) instead of failing."""
+    allow_errors: bool = False
+    """Count responses the verifier could not judge as incorrect."""
+    timeout_s: float = 3600.0
+    """Longest wait for verdicts after generation ends, seconds."""
+
+
+def knobs_text() -> str:
+    """Every key of the run config with its type, default and help (``trainer run --help``)."""
+    out = ["config keys (key=value overrides; `trainer config show` prints them as YAML):", ""]
+    for key, kind, default, doc in knob_help():
+        if len(default) > 60:
+            default = default[:57] + "..."
+        out.append(f"  {key}  ({kind}; default {default})")
+        out += textwrap.wrap(doc, 96, initial_indent="      ", subsequent_indent="      ")
+    return "\n".join(out)
+
+
+# -- the subcommands ----------------------------------------------------------------------------
+
+def _resolved_config(args: RunArgs | ConfigArgs):
     overrides = list(args.overrides)
-    if args.resume:
-        run_dir = Path(args.resume)
-        cfg_file = run_dir / "config.yaml"
+    if args.resume is not None:
+        cfg_file = Path(args.resume) / "config.yaml"
         if not cfg_file.exists():
-            raise SystemExit(f"error: {run_dir} has no config.yaml: not a run directory")
+            raise SystemExit(f"error: {args.resume} has no config.yaml: not a run directory")
         config_path: Path | None = cfg_file
     else:
-        if args.config is None:
-            raise SystemExit("error: give --config FILE (or --resume runs/NAME)")
-        config_path = Path(args.config)
-    if args.verifier_addr:
+        config_path = args.config
+    if getattr(args, "verifier_addr", None):
         overrides.append(f"verifier.addr={args.verifier_addr}")
+    return load_config(config_path, overrides)
+
+
+def cmd_config(args: ConfigArgs) -> int:
     try:
-        cfg = load_config(config_path, overrides)
+        cfg = _resolved_config(args)
     except (ValueError, FileNotFoundError) as e:
-        Console(stderr=True).print(f"[red]config error:[/red] {e}")
-        return 2
-    trainer = Trainer(cfg, resume=bool(args.resume))
+        return _user_error(e, "config error")
+    print(config_yaml(cfg, comments=args.comments))
+    return 0
+
+
+def cmd_run(args: RunArgs) -> int:
+    if args.resume is None and args.config is None:
+        raise SystemExit("error: give --config FILE (or --resume runs/NAME)")
+    try:
+        cfg = _resolved_config(args)
+    except (ValueError, FileNotFoundError) as e:
+        return _user_error(e, "config error")
+    trainer = Trainer(cfg, resume=args.resume is not None)
     try:
         summary = trainer.run()
     finally:
         trainer.close()
+        dist.shutdown()  # a launcher's process group too, before interpreter finalization
     table = Table(title=f"run {cfg.name}")
     table.add_column("")
     table.add_column("value", justify="right")
@@ -73,69 +287,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_plot(args: argparse.Namespace) -> int:
-    from trainer.plot import plot_run
-
+def cmd_plot(args: PlotArgs) -> int:
     for p in plot_run(Path(args.run_dir)):
         print(p)
     return 0
 
 
-def _engine_args(ap: argparse.ArgumentParser) -> None:
-    g = ap.add_argument_group("rollout engine (trainer.engines.EngineConfig)")
-    g.add_argument("--engine", choices=("hf", "vllm"), default="hf",
-                   help="hf: Hugging Face generate (CPU, small models); vllm: production")
-    g.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
-    g.add_argument("--chunk-size", type=int, default=8,
-                   help="prompts per chunk handed to the verifier as it finishes (hf: per batch)")
-    g.add_argument("--tensor-parallel-size", type=int, default=1, help="vllm: GPUs per engine")
-    g.add_argument("--gpu-memory-utilization", type=float, default=0.9,
-                   help="vllm: share of GPU memory for weights + KV cache (no trainer shares it)")
-    g.add_argument("--max-model-len", type=int, default=None,
-                   help="vllm: longest prompt + response, tokens (default: the model's)")
-    g.add_argument("--enforce-eager", action="store_true", help="vllm: no CUDA graphs")
-    g.add_argument("--kv-cache-gib", type=float, default=None, help="vllm: explicit KV cache size")
-    g.add_argument("--tokenizer", default=None, help="tokenizer directory (default: --model)")
-    g.add_argument("--verifier-addr", default=None,
-                   help="HOST:PORT[,HOST:PORT...] of a verifier; default: start a local one")
-    g.add_argument("--verifier-workers", type=int, default=2,
-                   help="workers of the local verifier (without --verifier-addr)")
-
-
-def _engine_config(args: argparse.Namespace):
-    from trainer.engines import EngineConfig
-
-    return EngineConfig(kind=args.engine, dtype=args.dtype, chunk_size=args.chunk_size,
-                        tensor_parallel_size=args.tensor_parallel_size,
-                        gpu_memory_utilization=args.gpu_memory_utilization,
-                        max_model_len=args.max_model_len, enforce_eager=args.enforce_eager,
-                        kv_cache_gib=args.kv_cache_gib, enable_sleep_mode=False)
-
-
-def _user_error(e: Exception) -> int:
-    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(str(e))}")
+def _user_error(e: Exception, what: str = "error") -> int:
+    Console(stderr=True, soft_wrap=True).print(f"[red]{what}:[/red] {escape(str(e))}")
     return 2
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    from trainer.data import DataError
-    from trainer.evaluation import EvalOptions, dataset_name, run_eval
-    from trainer.hf_utils import CheckpointError
-    from trainer.rewards import RewardError
-    from verifier.evaluate import eval_table
-
+def cmd_eval(args: EvalArgs) -> int:
+    if not args.model or not args.dataset:
+        return _user_error(ValueError("give --model PATH and --dataset NAME|FILE"))
     window = None if args.lcb_all_dates else (args.lcb_start, args.lcb_end)
     try:
         opts = EvalOptions(
             model=args.model, dataset=args.dataset, output_dir=args.output_dir,
-            lcb_files=list(args.lcb_file or []), lcb_window=window,
+            lcb_files=list(args.lcb_file), lcb_window=window,
             lcb_style=args.lcb_style, k=args.k,
             temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
             max_tokens=args.max_tokens, seed=args.seed, tokenizer=args.tokenizer,
             instruction_suffix=args.instruction_suffix, limit=args.limit,
             skip_invalid=args.skip_invalid, allow_errors=args.allow_errors,
             verifier_addr=args.verifier_addr, verifier_workers=args.verifier_workers,
-            timeout_s=args.timeout_s, engine=_engine_config(args))
+            timeout_s=args.timeout_s, engine=args.engine_config())
         summary = run_eval(opts)
     except (DataError, CheckpointError, RewardError, ValueError) as e:
         return _user_error(e)
@@ -148,12 +325,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_filter(args: argparse.Namespace) -> int:
-    from trainer.data import DataError
-    from trainer.filtering import FilterError, FilterOptions, load_for_filter, released_filter
-    from trainer.hf_utils import CheckpointError
-    from trainer.rewards import RewardError
-
+def cmd_filter(args: FilterArgs) -> int:
+    if args.input == Path() or args.output == Path():
+        return _user_error(ValueError("give --input FILE and --output FILE"))
     if (args.model is None) == (args.released_difficulty is None):
         return _user_error(ValueError("give --model PATH (sample and score) or "
                                       "--released-difficulty MODEL (use the data's own field)"))
@@ -186,20 +360,16 @@ def cmd_filter(args: argparse.Namespace) -> int:
     return 0
 
 
-def _filter_with_model(args: argparse.Namespace, opts, loaded):
+def _filter_with_model(args: FilterArgs, opts, loaded):
     """Sample with a real engine on ``args.model`` and score through a verifier."""
-    from trainer.engines import check_model_path, create_engine
-    from trainer.evaluation import verifier_connection
-    from trainer.filtering import run_filter
-    from trainer.hf_utils import load_tokenizer, problem_prompt_ids
-
+    assert args.model is not None
     check_model_path(args.model)
     tokenizer = load_tokenizer(args.tokenizer or args.model)
     usable = [r.problem for r in loaded.rows if r.problem is not None]
     if usable:
         problem_prompt_ids(tokenizer, usable[0])  # no chat template: fail before loading
     with verifier_connection(args.verifier_addr, args.verifier_workers) as client:
-        engine = create_engine(_engine_config(args), args.model, tokenizer)
+        engine = create_engine(args.engine_config(), args.model, tokenizer)
         try:
             return run_filter(opts, engine, client,
                               lambda p: problem_prompt_ids(tokenizer, p), loaded)
@@ -207,100 +377,28 @@ def _filter_with_model(args: argparse.Namespace, opts, loaded):
             engine.close()
 
 
+_COMMANDS = {RunArgs: cmd_run, ConfigArgs: cmd_config, PlotArgs: cmd_plot, EvalArgs: cmd_eval,
+             FilterArgs: cmd_filter}
+
+
 def main(argv: list[str] | None = None) -> int:
-    # allow_abbrev=False: the top-level --local_rank must not swallow subcommand flags by
-    # prefix (argparse would read `filter --lo 1` as an ambiguous --local_rank).
-    ap = argparse.ArgumentParser(prog="trainer", description="MAGIC RL trainer",
-                                 allow_abbrev=False)
+    argv = list(sys.argv[1:] if argv is None else argv)
     # The deepspeed launcher passes --local_rank=N to every rank; the rank comes from the
     # environment (RANK, LOCAL_RANK) it also sets.
-    ap.add_argument("--local_rank", "--local-rank", type=int, default=None,
-                    help=argparse.SUPPRESS)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    run = sub.add_parser("run", help="train (or resume) a run")
-    run.add_argument("--config", help="YAML config (see trainer/configs/)")
-    run.add_argument("--resume", metavar="RUN_DIR", help="continue runs/NAME from its latest checkpoint")
-    run.add_argument("--verifier-addr", help="HOST:PORT[,HOST:PORT...] of a verifier fleet; "
-                     "default: start a local one for the run")
-    run.add_argument("overrides", nargs="*", help="key=value config overrides (dotted keys)")
-    run.set_defaults(fn=cmd_run)
-    plot = sub.add_parser("plot", help="write PNG plots of a run")
-    plot.add_argument("run_dir")
-    plot.set_defaults(fn=cmd_plot)
-
-    ev = sub.add_parser("eval", help="generate k samples per problem and report avg@k / pass@k",
-                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ev.add_argument("--model", required=True, help="local Hugging Face checkpoint directory")
-    ev.add_argument("--dataset", required=True,
-                    help="aime24 | aime25 (../shared/data/eval/*.parquet) | lcb (needs "
-                         "--lcb-file) | a JSONL or parquet file in any loader format")
-    ev.add_argument("--lcb-file", action="append", metavar="PATH",
-                    help="local LiveCodeBench code_generation_lite release JSONL (repeatable)")
-    ev.add_argument("--lcb-start", default="2024-08-01",
-                    help="first contest_date kept (inclusive; the report's window)")
-    ev.add_argument("--lcb-end", default="2025-02-01", help="last contest_date kept (inclusive)")
-    ev.add_argument("--lcb-all-dates", action="store_true", help="no contest-date window")
-    ev.add_argument("--lcb-style", choices=("auto", "generic", "deepseek-r1"), default="auto",
-                    help="LiveCodeBench prompt template; auto: LiveCodeBench's choice for the "
-                         "model (deepseek-r1 for DeepSeek-R1-Distill models, else generic)")
-    ev.add_argument("--k", type=int, default=None,
-                    help="samples per problem (avg@k); default: the report's, 32 for AIME and "
-                         "math files, 4 for LiveCodeBench and files with code")
-    ev.add_argument("--temperature", type=float, default=0.6)
-    ev.add_argument("--top-p", type=float, default=1.0)
-    ev.add_argument("--top-k", type=int, default=-1, help="-1: off")
-    ev.add_argument("--max-tokens", type=int, default=32768, help="response limit, tokens")
-    ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--output-dir", type=Path, default=None,
-                    help="where generations.jsonl, results.jsonl and summary.json go "
-                         "(default: runs/eval/<model>-<dataset>)")
-    ev.add_argument("--instruction-suffix", default=DEFAULT_SUFFIX,
-                    help="appended to math prompts (the report's; '' for none)")
-    ev.add_argument("--limit", type=int, default=None, help="first N problems only")
-    ev.add_argument("--skip-invalid", action="store_true",
-                    help="skip malformed rows (counted) instead of failing")
-    ev.add_argument("--allow-errors", action="store_true",
-                    help="count responses the verifier could not judge as incorrect")
-    ev.add_argument("--timeout-s", type=float, default=3600.0,
-                    help="longest wait for verdicts after generation ends, seconds")
-    _engine_args(ev)
-    ev.set_defaults(fn=cmd_eval)
-
-    fl = sub.add_parser("filter", help="offline difficulty filter: keep problems solved in "
-                        "[lo, hi] of k samples",
-                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    fl.add_argument("--model", default=None, help="local checkpoint that samples the responses")
-    fl.add_argument("--released-difficulty", metavar="MODEL", default=None,
-                    help="sample nothing: use extra_info.model_difficulty[MODEL] of the data "
-                         "(e.g. DeepSeek-R1-Distill-Qwen-7B), as Skywork's release does")
-    fl.add_argument("--input", required=True, type=Path, help="JSONL or parquet, any loader format")
-    fl.add_argument("--output", required=True, type=Path,
-                    help="every row with pass_count/pass_k (same format as the input)")
-    fl.add_argument("--kept-output", type=Path, default=None,
-                    help="the kept rows (default: <output>.kept.<ext>)")
-    fl.add_argument("--k", type=int, default=16, help="samples per problem")
-    fl.add_argument("--lo", type=int, default=1, help="keep pass_count >= lo")
-    fl.add_argument("--hi", type=int, default=15, help="keep pass_count <= hi")
-    fl.add_argument("--temperature", type=float, default=1.0)
-    fl.add_argument("--top-p", type=float, default=1.0)
-    fl.add_argument("--top-k", type=int, default=-1)
-    fl.add_argument("--max-tokens", type=int, default=32768)
-    fl.add_argument("--seed", type=int, default=0, help="batch b samples with seed + b")
-    fl.add_argument("--batch-size", type=int, default=64,
-                    help="problems per generate call and per saved progress record")
-    fl.add_argument("--difficulty-key", default=None,
-                    help="key under extra_info.model_difficulty for verl rows (default: the "
-                         "model directory's name)")
-    fl.add_argument("--instruction-suffix", default=DEFAULT_SUFFIX,
-                    help="appended to math prompts (the report's; '' for none)")
-    fl.add_argument("--skip-invalid", action="store_true")
-    fl.add_argument("--allow-errors", action="store_true")
-    fl.add_argument("--timeout-s", type=float, default=3600.0)
-    _engine_args(fl)
-    fl.set_defaults(fn=cmd_filter)
-    args = ap.parse_args(argv)
+    argv = [a for a in argv if not a.startswith(("--local_rank", "--local-rank"))]
+    run_doc = inspect.cleandoc(RunArgs.__doc__ or "")
+    run_help = f"{run_doc}\n\n{knobs_text()}" if "run" in argv[:1] else run_doc
+    command = Union[
+        Annotated[RunArgs, tyro.conf.subcommand("run", description=run_help)],
+        Annotated[ConfigArgs, tyro.conf.subcommand("config")],
+        Annotated[PlotArgs, tyro.conf.subcommand("plot")],
+        Annotated[EvalArgs, tyro.conf.subcommand("eval")],
+        Annotated[FilterArgs, tyro.conf.subcommand("filter")],
+    ]
+    args = tyro.cli(command, args=argv, prog="trainer",  # type: ignore[call-overload]
+                    description="MAGIC RL trainer")
     _setup_logging()
-    return args.fn(args)
+    return _COMMANDS[type(args)](args)
 
 
 if __name__ == "__main__":

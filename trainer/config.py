@@ -1,308 +1,509 @@
-"""``MagicConfig``: every knob of the MAGIC recipe, documented and validated (no torch).
+"""``trainer run``'s configuration: one typed dataclass tree, loaded from a YAML file plus
+``key=value`` overrides, validated as a whole before anything starts.
 
-Defaults are the released Skywork-OR1 values (arXiv 2505.22312; DESIGN.md 4 table). Each field
-carries ``metadata["help"]``: unit, default and why, and the report's section.
-:meth:`MagicConfig.from_dict` builds one from plain data (a YAML layer sits on top).
-Re-exported by :mod:`trainer.magic`.
+The MAGIC knobs live in ``magic`` (trainer/magic_config.py's MagicConfig, docs/magic.md), the
+rollout engine in ``engine`` (trainer/engines), the training backend in ``backend``
+(trainer/backends); everything else is here. Each field is documented by its attribute docstring
+(trainer/config_schema.py), which ``trainer run --help`` and ``trainer config show`` print.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
+import re
+import textwrap
 import types
 import typing
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
 
-from .magic_controller import AdaptiveEntropyController
-from .schedule import OffPolicyConfig, Plateau, Stage, StageSchedule, validate_stages
+import yaml
 
-MaskMode = Literal["none", "before", "after"]
-EntropyMode = Literal["adaptive", "fixed", "off"]
-KLEstimator = Literal["k1", "k3"]
-
-
-def default_stages() -> tuple[Stage, ...]:
-    """MAGIC's context stages 8K -> 16K -> 32K (DESIGN.md 4 table, Skywork-OR1 §3).
-
-    The report moves on "once the model's performance converged" and publishes no step counts,
-    so stages 1 and 2 end on a plateau of ``eval/accuracy`` (5 evaluations without
-    improvement); the last stage runs until the run's step budget ends.
-    """
-    converged = Plateau(metric="eval/accuracy", patience=5, min_delta=0.0, mode="max")
-    return (Stage("8k", 8192, plateau=converged),
-            Stage("16k", 16384, plateau=converged),
-            Stage("32k", 32768))
+from trainer.backends import BackendConfig
+from trainer.config_schema import check_keys, field_docs
+from trainer.data import DEFAULT_SUFFIX, LCB_STYLES
+from trainer.engines import EngineConfig
+from trainer.magic_config import MagicConfig
+from verifier.client import ClientConfig
+from verifier.items import PROFILES
 
 
-def _f(default: Any, help: str, **kwargs: Any) -> Any:  # noqa: A002 - "help" reads best
-    if "default_factory" in kwargs:
-        return field(metadata={"help": help}, **kwargs)
-    return field(default=default, metadata={"help": help}, **kwargs)
+@dataclass
+class DataSettings:
+    """Where problems come from."""
+
+    train_files: list[str] = field(default_factory=list)
+    """Training data: JSONL or verl/Skywork parquet files (trainer/data.py)."""
+    eval_files: list[str] = field(default_factory=list)
+    """Held-out data for evaluation every ``eval.every_steps`` steps."""
+    instruction_suffix: str = DEFAULT_SUFFIX
+    """Appended to each prompt's last user message (the report's suffix by default)."""
+    shuffle: bool = True
+    """Shuffle the training problems every epoch (seeded: resumable)."""
+    skip_invalid: bool = False
+    """Skip malformed rows (counted and logged) instead of failing on the first one."""
+    lcb_style: str = "generic"
+    """Prompt template of LiveCodeBench rows: "generic" (LiveCodeBench's generic template as
+    the user message, through the chat template) or "deepseek-r1" (LiveCodeBench's DeepSeekR1
+    prompt text, its choice for R1-distill models)."""
 
 
-@dataclass(frozen=True)
-class MagicConfig:
-    """The MAGIC recipe's knobs (Skywork-OR1 §3; DESIGN.md 4). Frozen: use
-    ``dataclasses.replace`` (re-validated) to vary one. Cross-field rules are checked at
-    construction; a broken one raises ValueError naming the rule."""
+@dataclass
+class VerifierSettings:
+    """How rewards are computed."""
 
-    # --- rollout -------------------------------------------------------------------------------
-    group_size: int = _f(16, (
-        "Responses sampled per prompt (GRPO group), count. Default 16 as released. Must be >= 2: "
-        "the group advantage divides by the group's sample std (n-1). Skywork-OR1 §2/§3."))
-    prompts_per_step: int = _f(256, (
-        "Prompts per rollout batch, count; this is D_R of the off-policy quadruple. Default 256 "
-        "as released (256 x 16 = 4096 responses per step). Skywork-OR1 §3."))
-    temperature: float = _f(1.0, (
-        "Rollout sampling temperature, > 0. Default 1.0: the report finds tau=1.0 keeps entropy "
-        "and learning signal higher than 0.6. Skywork-OR1 §3 'High-Temperature Sampling'."))
-    top_p: float = _f(1.0, (
-        "Rollout nucleus sampling mass, in (0, 1]. Default 1.0 (off), as released."))
-    top_k: int = _f(-1, (
-        "Rollout top-k, -1 for off or >= 1. Default -1, as released."))
-    max_prompt_length: int = _f(2048, (
-        "Longest prompt in tokens; longer prompts are dropped by the data layer. Default 2048 "
-        "as released."))
-    # --- advantages and filtering ----------------------------------------------------------
-    mask_mode: MaskMode = _f("none", (
-        "Advantage mask for truncated responses: 'none' (MAGIC: truncated responses keep their, "
-        "usually negative, advantage), 'before' (left out of the group's mean/std, advantage 0), "
-        "'after' (in the statistics, advantage 0). Default 'none': the report finds masking "
-        "hurts token efficiency and later-stage scaling. Skywork-OR1 §3 'Advantage Mask for "
-        "Truncated Responses'."))
-    adv_eps: float = _f(1e-6, (
-        "Epsilon added to the group std in A = (r - mean) / (std + eps), > 0. Default 1e-6 as "
-        "in the released GRPO code."))
-    online_filter: bool = _f(True, (
-        "Drop groups whose rewards are all equal (all 0 or all 1: zero advantage, no signal) "
-        "before the update, without refilling the batch. Default True as released. "
-        "Skywork-OR1 §3 data collection, online filtering / rejection sampling."))
-    # --- policy loss -----------------------------------------------------------------------
-    clip_low: float = _f(0.2, (
-        "PPO ratio lower clip: ratio >= 1 - clip_low, in [0, 1). Default 0.2 as released. "
-        "Skywork-OR1 §3 'Loss Function'."))
-    clip_high: float = _f(0.2, (
-        "PPO ratio upper clip: ratio <= 1 + clip_high, >= 0. Default 0.2 as released; the report "
-        "studies clip-higher, and 0.28 is DAPO's usual high value. Skywork-OR1 §4."))
-    # --- entropy ---------------------------------------------------------------------------
-    entropy_mode: EntropyMode = _f("adaptive", (
-        "'adaptive' (MAGIC's controller), 'fixed' (constant coefficient entropy_coef_init) or "
-        "'off' (no entropy bonus), the last two for ablations. Default 'adaptive'. "
-        "Skywork-OR1 §3 'Adaptive Entropy Control'."))
-    entropy_target: float = _f(0.2, (
-        "Target entropy, nats per token, >= 0. Default 0.2 as released: the bonus turns on only "
-        "while measured entropy is below it."))
-    entropy_delta: float = _f(1e-4, (
-        "Per-step change of the entropy coefficient, >= 0. Default 1e-4 as released."))
-    entropy_coef_min: float = _f(0.0, (
-        "Lower clamp of the entropy coefficient, >= 0. Default 0 as released."))
-    entropy_coef_max: float = _f(0.005, (
-        "Upper clamp of the entropy coefficient. Default 0.005 as released: caps how hard the "
-        "bonus can push. Rule: 0 <= coef_min <= coef_init <= coef_max."))
-    entropy_coef_init: float = _f(0.0, (
-        "Starting entropy coefficient (the constant one in 'fixed' mode). Default 0 as "
-        "released."))
-    entropy_chunk_size: int = _f(1024, (
-        "Tokens per chunk when computing the full-vocabulary entropy from logits, >= 1; bounds "
-        "the float32 working set to chunk x vocab. Default 1024 (an implementation knob)."))
-    # --- KL to a reference policy ---------------------------------------------------------
-    kl_coef: float = _f(0.0, (
-        "Coefficient beta of a KL loss to the reference (initial) policy, >= 0. Default 0: MAGIC "
-        "keeps no reference model. Skywork-OR1 §3 'No KL Loss' (the KL ablation uses > 0). "
-        "> 0 keeps a frozen copy of the initial policy (after any warm start) beside the trained "
-        "one, in both backends, and logs losses/kl every step. Memory: one more copy of the "
-        "weights per rank, parameters x 4 bytes (float32; 2 in DeepSpeed's bf16 mode), divided "
-        "over the ranks under ZeRO-3, which shards it like the policy: 7B in bf16 is about "
-        "14 GiB on one rank, 1.8 GiB per rank over 8. Checked before anything loads against "
-        "backend.reference_memory_gib (default: the free memory); a model that does not fit is "
-        "refused with the numbers."))
-    kl_estimator: KLEstimator = _f("k3", (
-        "KL estimator when kl_coef > 0: 'k1' = log(pi/pi_ref) or 'k3' = r - 1 - log r with "
-        "r = pi_ref/pi (non-negative, low variance; GRPO's choice). Default 'k3'."))
-    # --- off-policy quadruple -------------------------------------------------------------
-    mini_batch_size: int | None = _f(None, (
-        "D_T, prompts per optimizer step (a mini-batch holds whole groups); must divide "
-        "prompts_per_step (D_R). Default None = prompts_per_step (on-policy, as released). "
-        "Skywork-OR1 §3 'On-Policy Training', §4 off-policy ablation."))
-    n_reuse: int = _f(1, (
-        "N_reuse, passes (epochs) over each rollout batch, >= 1. Default 1 (on-policy)."))
-    n_sgd: int | None = _f(None, (
-        "N_SGD, optimizer steps per rollout batch. Default None = derived as "
-        "(D_R / D_T) * N_reuse; if given it must equal that."))
-    # --- optimizer ------------------------------------------------------------------------
-    lr: float = _f(1e-6, (
-        "AdamW learning rate, constant, > 0. Default 1e-6 as released."))
-    betas: tuple[float, float] = _f((0.9, 0.999), (
-        "AdamW betas, each in [0, 1). Default (0.9, 0.999) as released."))
-    weight_decay: float = _f(0.01, (
-        "AdamW decoupled weight decay, >= 0. Default 0.01 as released."))
-    grad_clip: float = _f(1.0, (
-        "Max global gradient norm, > 0. Default 1.0 as released."))
-    # --- stages ---------------------------------------------------------------------------
-    stages: tuple[Stage, ...] = _f(None, (
-        "Training stages, each {name, max_response_length (tokens), steps and/or plateau "
-        "{metric, patience, min_delta, mode}}; max_response_length strictly increasing; every "
-        "stage but the last needs an end condition. Default 8K -> 16K -> 32K as released, "
-        "moving on when eval/accuracy plateaus. Skywork-OR1 §3 'Multi-Stage Training'."),
-        default_factory=default_stages)
+    addr: str | None = None
+    """HOST:PORT of a verifier (a comma list for a fleet). None: start a local
+    ``verifier serve`` on a free loopback port for the run and stop it after."""
+    workers: int = 2
+    """Workers of the local verifier (ignored with ``addr``)."""
+    timeout_s: float = 1800.0
+    """Longest wait for a step's rewards after generation ends, seconds; past it the step fails."""
+    stream: bool = True
+    """Send each finished generation chunk to the verifier at once (overlap, the default);
+    False waits for the whole batch first (for comparison: benchmarks/bench_trainer.py)."""
+    client: dict[str, Any] = field(default_factory=dict)
+    """Extra verifier.client.ClientConfig fields for reaching a secured fleet, e.g.
+    ``{tls: true, tls_ca: ca.pem}`` or ``{token_file: /secrets/token}`` (a token in the
+    VERIFIER_TOKEN environment variable is used without this)."""
+    connect_timeout_s: float = 30.0
+    """How long to wait at start-up for the verifier to answer health checks, seconds; an
+    unreachable verifier is an error before any model is loaded."""
+    profile: str = ""
+    """The judging profile of every reward: "" (by the data: LiveCodeBench rows "lcb", others
+    the verifier's default), "default", "lcb" (LiveCodeBench's judge) or "skywork" (the
+    released Skywork-OR1 reward: pick it to train on Skywork's data as the report did)."""
+
+
+@dataclass
+class EvalSettings:
+    """Evaluation on held-out data through the same verifier."""
+
+    every_steps: int = 10
+    """Evaluate every N steps (0: never); also at the start and the end of a run."""
+    n_samples: int = 1
+    """k of avg@k: samples per problem (report: 32 for AIME, 4 for LiveCodeBench)."""
+    temperature: float = 0.6
+    """Sampling temperature (report: 0.6 for the 7B model); 0 means greedy."""
+    top_p: float = 1.0
+    """Nucleus sampling mass, in (0, 1] (1.0: off, as in the report's evaluation)."""
+    max_tokens: int | None = None
+    """Response limit; None uses the current stage's max response length."""
+    max_problems: int | None = None
+    """Evaluate on the first N problems only (None: all)."""
+
+
+@dataclass
+class WarmStartSettings:
+    """A short supervised warm start before RL (the CPU demo uses it so that the randomly
+    initialised policy solves some problems; 0 steps = off)."""
+
+    steps: int = 0
+    """Supervised steps before RL (0: no warm start)."""
+    lr: float = 1e-3
+    """AdamW learning rate of the warm start (no weight decay)."""
+    batch_size: int = 32
+    """Problems per supervised step."""
+    response_template: str = "\\boxed{{{answer}}}"
+    """Target response for a problem, formatted with ``answer`` (the ground truth) and the
+    problem's string ``extra`` fields: ``"{reference}"`` trains on the toy world's reference
+    responses (datasets/toyworld.py)."""
+
+
+@dataclass
+class TinyModelSettings:
+    """Build a tiny random model + tokenizer instead of loading ``model_path`` (demo, tests)."""
+
+    hidden_size: int = 64
+    """Width of the residual stream."""
+    layers: int = 2
+    """Decoder layers."""
+    heads: int = 4
+    """Attention heads (query)."""
+    kv_heads: int = 2
+    """Key/value heads (grouped-query attention); divides ``heads``."""
+    intermediate_size: int = 256
+    """Width of the MLP."""
+    max_positions: int = 512
+    """Longest sequence (prompt + response), tokens."""
+    digits_per_token: int = 3
+    """Numbers are tokenized in chunks of up to this many digits (1-3). Default 3 (GPT-4-style);
+    the toy world uses 1 so that the model reads and writes single digits."""
+
+
+@dataclass
+class LogSettings:
+    tensorboard: bool = True
+    """Write TensorBoard event files under the run directory."""
+    wandb: bool = False
+    """Also log to Weights & Biases (needs the wandb package and a login)."""
+    progress: Literal["auto", "on", "off"] = "auto"
+    """Live progress bar with reward, entropy and stage ("auto": on a terminal only)."""
+    plots: bool = True
+    """Write PNG plots at the end of the run (also: ``trainer plot runs/NAME``)."""
+    samples_every: int = 10
+    """Every N steps, write sample completions to ``samples/step_NNNNNN.jsonl`` (prompt,
+    response, reward, verifier status, truncated), to read what the policy writes; 0: never.
+    Default 10: a few KB per file."""
+    samples_prompts: int = 4
+    """Prompts per samples file, each with its whole group of responses. Default 4."""
+
+
+@dataclass
+class RunConfig:
+    """Everything ``trainer run`` needs."""
+
+    name: str = "run"
+    """Run name: the run directory is ``output_dir/name``."""
+    output_dir: str = "runs"
+    """Parent directory of run directories."""
+    model_path: str | None = None
+    """Local Hugging Face checkpoint (safetensors) to start from."""
+    tokenizer_path: str | None = None
+    """Tokenizer directory; defaults to ``model_path``."""
+    tiny_model: TinyModelSettings | None = None
+    """Instead of ``model_path``: build a tiny random model (demo and tests)."""
+    total_steps: int = 100
+    """RL steps (one rollout batch each)."""
+    seed: int = 0
+    """Seeds data order, sampling and mini-batch shuffles: the same seed reproduces a run."""
+    checkpoint_every: int = 50
+    """Save a resumable checkpoint every N steps (0: only at stage ends and the end)."""
+    keep_checkpoints: int = 2
+    """Step checkpoints kept on disk (older ones are deleted; stage-end ones are kept)."""
+    micro_batch_size: int = 8
+    """Sequences per forward/backward pass (gradient accumulation inside a mini-batch)."""
+    torch_threads: int = 0
+    """Intra-op CPU threads of the trainer process (0: torch's default). On a small CPU
+    machine shared with the local verifier's workers, 1 avoids oversubscription (it made
+    matmuls ~100x slower here)."""
+    on_invalid_reward: Literal["fail", "drop_group"] = "fail"
+    """A response the verifier could not judge (INVALID_INPUT, SANDBOX_ERROR, INTERNAL_ERROR):
+    fail the step loudly, or drop its whole group from the update (counted in
+    ``reward/unjudged``). Never a silent zero reward."""
+    magic: MagicConfig = field(default_factory=MagicConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    """The rollout engine ("hf" or "vllm") and its settings."""
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    """The training backend ("torch" or "deepspeed") and its settings; the optimizer's come
+    from ``magic`` (lr, betas, weight_decay, grad_clip)."""
+    data: DataSettings = field(default_factory=DataSettings)
+    verifier: VerifierSettings = field(default_factory=VerifierSettings)
+    eval: EvalSettings = field(default_factory=EvalSettings)
+    warm_start: WarmStartSettings = field(default_factory=WarmStartSettings)
+    log: LogSettings = field(default_factory=LogSettings)
 
     def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            object.__setattr__(self, f.name, _coerce(f.name, hints[f.name], value))
-        self._check()
+        if (self.model_path is None) == (self.tiny_model is None):
+            raise ValueError("give exactly one of model_path (a local checkpoint) and "
+                             "tiny_model (build a tiny random model)")
+        if self.total_steps < 1:
+            raise ValueError("total_steps must be >= 1")
+        if not self.data.train_files:
+            raise ValueError("data.train_files is empty: give at least one training file")
+        if self.data.lcb_style not in LCB_STYLES:
+            raise ValueError(f"data.lcb_style must be one of {', '.join(LCB_STYLES)}, got "
+                             f"{self.data.lcb_style!r}")
+        if self.verifier.profile and self.verifier.profile not in PROFILES:
+            raise ValueError(f"verifier.profile must be one of {', '.join(PROFILES)} (or empty), "
+                             f"got {self.verifier.profile!r}")
+        if self.eval.every_steps < 0 or self.eval.n_samples < 1:
+            raise ValueError("eval.every_steps must be >= 0 and eval.n_samples >= 1")
+        if self.eval.every_steps and not self.data.eval_files:
+            raise ValueError("eval.every_steps > 0 needs data.eval_files (or set it to 0)")
+        try:
+            self.verifier_client_config()
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"verifier.client: {e}") from None
+        if self.micro_batch_size < 1:
+            raise ValueError("micro_batch_size must be >= 1")
+        if self.log.samples_every < 0 or self.log.samples_prompts < 1:
+            raise ValueError("log.samples_every must be >= 0 and log.samples_prompts >= 1, got "
+                             f"{self.log.samples_every} and {self.log.samples_prompts}")
+        if self.name in ("", ".", "..") or "/" in self.name:
+            raise ValueError(f"name {self.name!r} must be a plain directory name")
 
-    # -- cross-field rules --
-    def _check(self) -> None:
-        def need(ok: bool, rule: str) -> None:
-            if not ok:
-                raise ValueError(rule)
+    def verifier_client_config(self) -> ClientConfig:
+        """The ClientConfig for ``verifier.addr`` (TLS, token, retries)."""
+        return ClientConfig(**self.verifier.client)
 
-        need(self.group_size >= 2, "group_size must be >= 2: group advantages need a sample "
-             f"std (n-1), got {self.group_size}")
-        need(self.prompts_per_step >= 1, f"prompts_per_step must be >= 1, "
-             f"got {self.prompts_per_step}")
-        need(self.temperature > 0, f"temperature must be > 0, got {self.temperature}")
-        need(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
-        need(self.top_k == -1 or self.top_k >= 1, f"top_k must be -1 (off) or >= 1, "
-             f"got {self.top_k}")
-        need(self.max_prompt_length >= 1, f"max_prompt_length must be >= 1, "
-             f"got {self.max_prompt_length}")
-        need(self.adv_eps > 0, f"adv_eps must be > 0, got {self.adv_eps}")
-        need(0 <= self.clip_low < 1, "clip_low must be in [0, 1) so that the lower ratio bound "
-             f"1 - clip_low stays positive, got {self.clip_low}")
-        need(self.clip_high >= 0, f"clip_high must be >= 0, got {self.clip_high}")
-        need(self.entropy_target >= 0, f"entropy_target must be >= 0 (nats per token), "
-             f"got {self.entropy_target}")
-        need(self.entropy_delta >= 0, f"entropy_delta must be >= 0, got {self.entropy_delta}")
-        need(0 <= self.entropy_coef_min <= self.entropy_coef_init <= self.entropy_coef_max,
-             "entropy coefficients must satisfy 0 <= coef_min <= coef_init <= coef_max, got "
-             f"coef_min={self.entropy_coef_min}, coef_init={self.entropy_coef_init}, "
-             f"coef_max={self.entropy_coef_max}")
-        need(self.entropy_chunk_size >= 1, f"entropy_chunk_size must be >= 1, "
-             f"got {self.entropy_chunk_size}")
-        need(self.kl_coef >= 0, f"kl_coef must be >= 0, got {self.kl_coef}")
-        d_t = self.mini_batch_size
-        need(d_t is None or d_t >= 1, f"mini_batch_size (D_T) must be >= 1, got {d_t}")
-        need(d_t is None or self.prompts_per_step % d_t == 0,
-             f"mini_batch_size (D_T={d_t}) must divide prompts_per_step "
-             f"(D_R={self.prompts_per_step})")
-        need(self.n_reuse >= 1, f"n_reuse must be >= 1, got {self.n_reuse}")
-        self.off_policy()  # N_SGD == (D_R / D_T) * N_reuse, with its own message
-        need(self.lr > 0, f"lr must be > 0, got {self.lr}")
-        need(all(0 <= b < 1 for b in self.betas), f"betas must each be in [0, 1), "
-             f"got {self.betas}")
-        need(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
-        need(self.grad_clip > 0, f"grad_clip must be > 0, got {self.grad_clip}")
-        validate_stages(self.stages)
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir) / self.name
 
-    # -- derived objects --
-    def off_policy(self) -> OffPolicyConfig:
-        """The quadruple with D_R = prompts_per_step (prompts), D_T defaulting to D_R."""
-        d_r = self.prompts_per_step
-        d_t = d_r if self.mini_batch_size is None else self.mini_batch_size
-        n_sgd = (d_r // d_t) * self.n_reuse if self.n_sgd is None else self.n_sgd
-        return OffPolicyConfig(n_sgd=n_sgd, rollout_batch_size=d_r, mini_batch_size=d_t,
-                               n_reuse=self.n_reuse)
-
-    def entropy_controller(self) -> AdaptiveEntropyController:
-        """A fresh controller with this config's entropy settings and mode."""
-        return AdaptiveEntropyController(
-            target=self.entropy_target, delta=self.entropy_delta,
-            coef_min=self.entropy_coef_min, coef_max=self.entropy_coef_max,
-            coef_init=self.entropy_coef_init, mode=self.entropy_mode)
-
-    def stage_schedule(self) -> StageSchedule:
-        """A fresh stage schedule over ``stages``."""
-        return StageSchedule(self.stages)
-
-    # -- plain data --
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> MagicConfig:
-        """Build from plain data (e.g. parsed YAML): ``stages`` as a list of dicts, ``betas``
-        as a list. Numeric strings are accepted for float fields (YAML 1.1 reads ``1e-6``
-        as a string).
-
-        Raises:
-            ValueError: naming unknown keys, a value of the wrong type, or a broken rule.
-        """
-        known = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(data) - set(known))
-        if unknown:
-            raise ValueError(f"unknown MagicConfig keys {unknown}; known keys are {known}")
-        return cls(**dict(data))
-
+    # -- plain data ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """JSON/YAML-safe plain data; ``MagicConfig.from_dict(c.to_dict()) == c``."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.name == "stages":
-                value = [s.to_dict() for s in value]
-            elif f.name == "betas":
-                value = list(value)
-            out[f.name] = value
-        return out
+        """Plain data that :func:`load_config` reads back to an equal config (the run
+        directory's ``config.yaml``)."""
+        return _plain(self)
 
     @classmethod
-    def field_help(cls) -> dict[str, str]:
-        """Field name -> help text (unit, default and why, report section)."""
-        return {f.name: f.metadata["help"] for f in dataclasses.fields(cls)}
+    def from_dict(cls, data: Mapping[str, Any]) -> "RunConfig":
+        """The typed tree from plain data (parsed YAML): unknown keys are refused naming the
+        closest valid key, Literal fields are checked, tuples rebuilt from lists, and every
+        cross-field rule runs (``__post_init__``) before anything is loaded."""
+        return build(cls, data, "")
 
 
-def _type_name(hint: Any) -> str:
-    return getattr(hint, "__name__", None) or str(hint)
+#: ``backend.*`` fields whose one home is elsewhere in the run config (the report's optimizer
+#: row lives in ``magic``): a run sets them on the backend from there (trainer/loop.py), so
+#: written in a ``backend:`` section they are refused, naming their home.
+BACKEND_FIELDS_SET_BY_RUN = {"lr": "magic.lr", "betas": "magic.betas",
+                             "weight_decay": "magic.weight_decay",
+                             "grad_clip": "magic.grad_clip",
+                             "keep_reference": "magic.kl_coef (> 0 keeps a reference policy)",
+                             "seed": "seed"}
 
 
-def _coerce(name: str, hint: Any, value: Any) -> Any:
-    """Check ``value`` against the field's annotation; convert the few lossless cases."""
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
+def _set_by_run(key: str, name: str) -> str:
+    return (f"{key} cannot be set: a run sets it from {BACKEND_FIELDS_SET_BY_RUN[name]} "
+            "(every value has one home; the optimizer's settings live in magic)")
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, MagicConfig):
+        return obj.to_dict()
+    if dataclasses.is_dataclass(obj):
+        skip = BACKEND_FIELDS_SET_BY_RUN if isinstance(obj, BackendConfig) else ()
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if f.name not in skip}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def _fields(cls: type) -> list[str]:
+    fields = [f.name for f in dataclasses.fields(cls)]
+    if cls is BackendConfig:
+        fields = [f for f in fields if f not in BACKEND_FIELDS_SET_BY_RUN]
+    return fields
+
+
+def _check_literals(cls: type, values: dict[str, Any], prefix: str) -> None:
+    hints = typing.get_type_hints(cls)
+    for name, value in list(values.items()):
+        hint = hints.get(name)
+        if typing.get_origin(hint) is not Literal:
+            continue
+        if value not in typing.get_args(hint):
+            raise ValueError(f"{prefix}{name} must be one of {list(typing.get_args(hint))}, "
+                             f"got {value!r}")
+
+
+def _dataclass_of(hint: Any) -> type | None:
+    """The dataclass a field holds (``X`` or ``X | None``), else None."""
+    if dataclasses.is_dataclass(hint):
+        return hint
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(inner) == 1 and dataclasses.is_dataclass(inner[0]):
+            return inner[0]
+    return None
+
+
+def build(cls: type, data: Any, prefix: str) -> Any:
+    """A config dataclass from plain data, recursively: unknown keys are errors naming the
+    closest valid one, Literal fields are checked, tuples are rebuilt from YAML lists."""
+    kind = prefix.rstrip(".") or "run config"
+    if cls is MagicConfig:
+        return MagicConfig.from_dict(data if data is not None else {})
+    if cls is BackendConfig and isinstance(data, Mapping):
+        for key in data:
+            if key in BACKEND_FIELDS_SET_BY_RUN:
+                raise ValueError(_set_by_run(f"{prefix}{key}", key))
+    check_keys(kind, data, _fields(cls))
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for key, value in data.items():
+        hint = hints[key]
+        sub = _dataclass_of(hint)
+        if sub is not None and isinstance(value, Mapping):
+            value = build(sub, value, f"{prefix}{key}.")
+        elif typing.get_origin(hint) is tuple and isinstance(value, list):
+            value = tuple(value)
+        kwargs[key] = value
+    _check_literals(cls, kwargs, prefix)
+    try:
+        return cls(**kwargs)
+    except TypeError as e:  # a missing required field
+        raise ValueError(f"{kind}: {e}") from None
+
+
+# -- YAML and key=value ---------------------------------------------------------------------
+
+class _Yaml12Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2 scalars: only true/false are booleans (YAML 1.1 also
+    reads yes/no/on/off as booleans, which turned ``entropy_mode: off`` into False), and
+    ``1e-6`` is a float (YAML 1.1 wants a dot: ``1.0e-6``)."""
+
+
+_Yaml12Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    list("tTfF"))
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+
+
+def read_yaml(text: str, what: str) -> Any:
+    """YAML 1.2 scalars (see _Yaml12Loader); a syntax error names ``what``."""
+    try:
+        return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        raise ValueError(f"{what}: not valid YAML: {e}") from None
+
+
+_NONE_WORDS = ("null", "none", "None", "~", "")
+_BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,
+               "false": False, "no": False, "off": False, "0": False}
+
+
+def parse_value(raw: str, hint: Any, key: str) -> Any:
+    """An override's text read as the field's type expects: a string or Literal field takes
+    the text as is (``off``, ``none``, ``yes`` stay strings), a bool takes true/false/yes/no/
+    on/off/1/0, a number parses as one, ``null``/``none`` is None where the field allows it,
+    and lists, tuples and mappings are YAML (``[a, b]``, ``{k: v}``)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
         inner = [a for a in args if a is not type(None)]
-        return _coerce(name, inner[0], value)
-    if origin is Literal:
-        if value not in args:
-            raise ValueError(f"{name} must be one of {list(args)}, got {value!r}")
-        return value
+        if type(None) in args and raw in _NONE_WORDS:
+            return None
+        if len(inner) == 1:
+            return parse_value(raw, inner[0], key)
+        return read_yaml(raw, key)
+    if hint is str or (origin is Literal and all(isinstance(a, str) for a in args)):
+        return raw
     if hint is bool:
-        if not isinstance(value, bool):
-            raise ValueError(f"{name} must be a bool, got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{name} must be an int, got {value!r}")
-        return value
+        if raw.lower() not in _BOOL_WORDS:
+            raise ValueError(f"{key} must be a bool (true/false, yes/no, on/off), got {raw!r}")
+        return _BOOL_WORDS[raw.lower()]
+    if hint is int or (origin is Literal and all(isinstance(a, int) for a in args)):
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError(f"{key} must be an int, got {raw!r}") from None
     if hint is float:
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                raise ValueError(f"{name} must be a number, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value):
-            raise ValueError(f"{name} must be a finite number, got {value!r}")
-        return float(value)
-    if origin is tuple and name == "stages":
-        if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
-            raise ValueError(f"stages must be a list of stages, got {value!r}")
-        return tuple(s if isinstance(s, Stage) else _stage_from(s) for s in value)
-    if origin is tuple:
-        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) \
-                or len(value) != len(args):
-            raise ValueError(f"{name} must be a sequence of {len(args)} numbers, got {value!r}")
-        pairs = enumerate(zip(args, value, strict=True))
-        return tuple(_coerce(f"{name}[{i}]", a, v) for i, (a, v) in pairs)
-    raise TypeError(f"no coercion for field {name} of type {_type_name(hint)}")
+        try:
+            return float(raw)
+        except ValueError:
+            raise ValueError(f"{key} must be a number, got {raw!r}") from None
+    return read_yaml(raw, key)
 
 
-def _stage_from(value: Any) -> Stage:
-    if not isinstance(value, Mapping):
-        raise ValueError(f"each stage must be a Stage or a dict, got {value!r}")
-    return Stage.from_dict(value)
+def _field_hint(key: str) -> tuple[list[str], Any]:
+    """The path and the type of a dotted key of the run config; an unknown part is refused
+    naming the closest valid key."""
+    cls: Any = RunConfig
+    path = key.split(".")
+    hint: Any = None
+    for i, part in enumerate(path):
+        where = ".".join(path[:i]) or "run config"
+        if cls is None:
+            raise ValueError(f"{'.'.join(path[:i])} is not a section: {key!r} cannot be set "
+                             "(give the whole value, e.g. magic.stages='[{...}]')")
+        if cls is BackendConfig and part in BACKEND_FIELDS_SET_BY_RUN:
+            raise ValueError(_set_by_run(key, part))
+        check_keys(where, {part: None}, _fields(cls))
+        hint = typing.get_type_hints(cls)[part]
+        cls = _dataclass_of(hint)
+    return path, hint
+
+
+def apply_override(data: dict[str, Any], override: str) -> None:
+    """Set one ``key=value`` (dotted key) in the plain config ``data``, the value read as the
+    field's type expects (:func:`parse_value`)."""
+    key, sep, raw = override.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ValueError(f"overrides must look like key=value, got {override!r}")
+    path, hint = _field_hint(key)
+    value = parse_value(raw, hint, key)
+    node = data
+    for part in path[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[path[-1]] = value
+
+
+def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> RunConfig:
+    """YAML file + ``key=value`` overrides (dotted keys, e.g. ``magic.group_size=8``), built
+    and validated as one :class:`RunConfig` before anything is loaded."""
+    data: Any = {}
+    if path is not None:
+        data = read_yaml(Path(path).read_text(encoding="utf-8"), str(path)) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: a config file must be a mapping, got {type(data).__name__}")
+    for override in overrides:
+        apply_override(data, override)
+    return RunConfig.from_dict(data)
+
+
+# -- showing the knobs --------------------------------------------------------------------
+
+def _leaf_yaml(value: Any) -> str:
+    text = yaml.safe_dump(_plain(value), default_flow_style=True, width=10_000, sort_keys=False)
+    return text.strip().removesuffix("...").strip()
+
+
+def config_yaml(config: Any, comments: bool = True, indent: int = 0) -> str:
+    """The config as YAML that :func:`load_config` reads back, each field preceded by its help
+    as ``#`` comments (``trainer config show``)."""
+    lines: list[str] = []
+    pad = " " * indent
+    docs = field_docs(type(config))
+    for name in _fields(type(config)):
+        value = getattr(config, name)
+        if comments and docs.get(name):
+            width = max(40, 100 - indent - 2)
+            lines += [f"{pad}# {line}" for line in textwrap.wrap(docs[name], width)]
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            lines.append(f"{pad}{name}:")
+            lines.append(config_yaml(value, comments, indent + 2))
+        else:
+            lines.append(f"{pad}{name}: {_leaf_yaml(value)}")
+    return "\n".join(lines)
+
+
+def _type_label(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        return "|".join(str(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_label(a) for a in args)
+    if hint is type(None):
+        return "null"
+    if origin is not None:
+        return str(hint).replace("typing.", "")
+    return getattr(hint, "__name__", str(hint))
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def knob_help(cls: type = RunConfig, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """Every settable key of the run config: ``(key, type, default, help)``, sections
+    flattened with dotted keys (``trainer run --help``)."""
+    rows: list[tuple[str, str, str, str]] = []
+    defaults = _defaults(cls)
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    for name in _fields(cls):
+        sub = _dataclass_of(hints[name])
+        if sub is not None:
+            rows += knob_help(sub, f"{prefix}{name}.")
+            continue
+        default = "(required)" if name not in defaults else _leaf_yaml(defaults[name])
+        rows.append((f"{prefix}{name}", _type_label(hints[name]), default, docs.get(name, "")))
+    return rows

@@ -30,12 +30,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from verifier.lcb import (LCB_DATA_SOURCE, LCB_REPORT_WINDOW, LCB_STYLES,  # noqa: F401
-                          MAX_LCB_TESTS_BYTES, LcbStyle, decode_lcb_tests, default_lcb_style,
-                          encode_lcb_tests, in_window, lcb_ground_truth, lcb_prompt,
-                          lcb_r1_prompt)
-from verifier.problems import (DataError, ProblemRow, Row, load_rows,  # noqa: F401
-                               read_rows, row_format)
+from verifier.lcb import (  # noqa: F401
+    LCB_DATA_SOURCE,
+    LCB_REPORT_WINDOW,
+    LCB_STYLES,
+    MAX_LCB_TESTS_BYTES,
+    LcbStyle,
+    decode_lcb_tests,
+    default_lcb_style,
+    encode_lcb_tests,
+    in_window,
+    lcb_ground_truth,
+    lcb_prompt,
+    lcb_r1_prompt,
+)
+from verifier.problems import DataError, ProblemRow, Row, load_rows, read_rows, row_format  # noqa: F401
 
 DEFAULT_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
 
@@ -62,7 +71,7 @@ class Problem:
     default); ``verifier.profile`` in a run's config overrides it for every problem."""
 
     def verifier_item(self, item_id: str, response: str) -> dict[str, Any]:
-        """The verifier item (DESIGN.md 3.1) for one response to this problem."""
+        """The verifier item (docs/contracts.md 1) for one response to this problem."""
         return {"id": item_id, "domain": self.domain, "response": response,
                 "ground_truth": self.ground_truth, "data_source": self.data_source,
                 "profile": self.profile}

@@ -1,8 +1,8 @@
 """Evaluation through the rollout engine and the verifier, shared by ``trainer eval``, the
-offline filter (trainer/filtering.py) and evaluation during training (``Trainer.evaluate``).
+offline filter (trainer/offline_filter.py) and evaluation during training (``Trainer.evaluate``).
 
 One pass (:func:`generate_and_score`): k samples per problem from a RolloutEngine, each finished
-chunk streamed to the verifier while generation goes on (trainer/rewards.py), results matched
+chunk streamed to the verifier while generation goes on (trainer/verifier_bridge.py), results matched
 by wire id. The metrics and the table are verifier/evaluate.py's (``summarize``,
 ``eval_table``): avg@k, unbiased pass@k and standard errors, overall and per data source,
 exactly what ``verifier eval`` reports for the same generations file.
@@ -26,21 +26,32 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from trainer.data import (LCB_REPORT_WINDOW, LCB_STYLES, DataError, Problem, default_lcb_style,
-                          load_dataset)
+from trainer.data import (
+    DEFAULT_SUFFIX,
+    LCB_REPORT_WINDOW,
+    LCB_STYLES,
+    DataError,
+    Problem,
+    default_lcb_style,
+    load_dataset,
+)
+from trainer.engines import EngineConfig, check_model_path, check_sampling_params, create_engine
+from trainer.hf_utils import load_tokenizer, problem_prompt_ids
 from trainer.interfaces import Completion, RolloutEngine, SamplingParams
-from trainer.rewards import RewardClient, RewardError, RewardStream
+from trainer.verifier_bridge import RewardError, RewardStream, verifier_connection
+from verifier.evaluate import NO_SOURCE, error_message, response_records, summarize
+from verifier.evaluate import Problem as EvalProblem
 
 log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
-EVAL_DATA_DIR = ROOT.parent / "shared" / "data" / "eval"
-"""Where ``--dataset aime24|aime25`` look: ``../shared/data/eval/<name>.parquet`` relative to
-the repository (DESIGN.md 7)."""
+EVAL_DATA_DIR = ROOT / "datasets" / "eval"
+"""Where ``--dataset aime24|aime25`` look: ``datasets/eval/<name>.parquet`` in the repository
+(the real AIME 2024 and 2025 problems, 30 each, verl parquet schema)."""
 
 NAMED_DATASETS = ("aime24", "aime25", "lcb")
 REPORT_K = {"aime24": 32, "aime25": 32, "lcb": 4}
-"""The report's k of avg@k: AIME24/25 avg@32, LiveCodeBench avg@4 (DESIGN.md 4)."""
+"""The report's k of avg@k: AIME24/25 avg@32, LiveCodeBench avg@4 (docs/magic.md)."""
 
 EVAL_SOURCE = "eval"
 """``Trainer.evaluate``'s name for problems without a data_source (metric ``eval/eval/avg@k``)."""
@@ -74,8 +85,6 @@ class ScoredRun:
 
 
 def _eval_problem(i: int, p: Problem, responses: list[str]) -> Any:
-    from verifier.evaluate import Problem as EvalProblem
-
     return EvalProblem(i + 1, p.id, p.domain, p.ground_truth, p.data_source, responses)
 
 
@@ -85,7 +94,7 @@ def generate_and_score(engine: RolloutEngine, client: Any, problems: Sequence[Pr
                        after_generate: Callable[[list[Completion]], None] | None = None,
                        owns: Callable[[int], bool] | None = None) -> ScoredRun:
     """Sample ``params.n`` responses per problem and score every one through ``client`` (a
-    ``trainer.rewards.RewardClient``), streaming each finished chunk while generation continues.
+    ``trainer.verifier_bridge.RewardClient``), streaming each finished chunk while generation continues.
 
     ``after_generate(completions)`` runs when generation has ended, before waiting for the
     remaining verdicts (the trainer puts its engine to sleep there; ``trainer eval`` writes
@@ -137,7 +146,6 @@ def summarize_run(run: ScoredRun, k: int, allow_errors: bool = False) -> dict[st
     """``verifier eval``'s summary of a run (avg@k, pass@1, pass@k, stderr, by_source).
     Responses the verifier could not judge raise RewardError naming them, unless
     ``allow_errors`` (then they count as incorrect and the summary says so)."""
-    from verifier.evaluate import error_message, summarize
 
     problem = error_message(run.problems, run.results)
     if problem is not None and not allow_errors:
@@ -146,9 +154,8 @@ def summarize_run(run: ScoredRun, k: int, allow_errors: bool = False) -> dict[st
 
 
 def trainer_metrics(summary: dict[str, Any]) -> dict[str, float]:
-    """The training loop's evaluation metrics (DESIGN.md 3.3): ``eval/accuracy`` (avg@k over
+    """The training loop's evaluation metrics (docs/contracts.md 3): ``eval/accuracy`` (avg@k over
     all problems) and ``eval/<data_source>/avg@k``."""
-    from verifier.evaluate import NO_SOURCE
 
     k = summary["k"]
     out: dict[str, float] = {}
@@ -197,8 +204,8 @@ def resolve_dataset(dataset: str, lcb_files: Sequence[str | Path] = ()) -> list[
     if dataset in ("aime24", "aime25"):
         path = EVAL_DATA_DIR / f"{dataset}.parquet"
         if not path.exists():
-            raise DataError(f"--dataset {dataset}: {path} does not exist (the AIME files live in "
-                            "../shared/data/eval/ relative to the repository)")
+            raise DataError(f"--dataset {dataset}: {path} does not exist (the AIME files ship in "
+                            "datasets/eval/ in the repository)")
         return [path]
     if dataset == "lcb":
         if not lcb_files:
@@ -267,52 +274,10 @@ def default_output_dir(opts: EvalOptions) -> Path:
     return ROOT / "runs" / "eval" / f"{Path(opts.model).name}-{dataset_name(opts.dataset)}"
 
 
-class verifier_connection:  # noqa: N801 - a context manager used like a function
-    """A connected RewardClient: to ``addr``, or to a local ``verifier serve`` child started
-    for the job and stopped after (DESIGN.md 3.2)."""
-
-    def __init__(self, addr: str | None, workers: int = 2, connect_timeout_s: float = 60.0):
-        self.addr, self.workers, self.connect_timeout_s = addr, workers, connect_timeout_s
-        self.local = None
-        self.client = None
-
-    def __enter__(self) -> Any:
-        from verifier.client import ClientConfig
-
-        addr = self.addr
-        if addr is None:
-            from verifier.local import LocalVerifier
-
-            self.local = LocalVerifier(workers=self.workers)
-            addr = self.local.address
-            if self.local.sandbox_problem:
-                log.warning("the local verifier's sandbox is unavailable; code items will get "
-                            "SANDBOX_ERROR: %s", self.local.sandbox_problem)
-        # An evaluation is one long stream: allow far more than the library default.
-        try:
-            self.client = RewardClient(addr, ClientConfig(timeout_s=24 * 3600.0),
-                                       connect_timeout_s=self.connect_timeout_s)
-        except RewardError:
-            self.__exit__(None, None, None)
-            raise
-        return self.client
-
-    def __exit__(self, *exc: object) -> None:
-        if self.client is not None:
-            self.client.close()
-            self.client = None
-        if self.local is not None:
-            self.local.stop()
-            self.local = None
-
-
 def run_eval(opts: EvalOptions, engine: RolloutEngine | None = None) -> dict[str, Any]:
     """``trainer eval``: every check that can fail (dataset, k, tokenizer, chat template) runs
     before the model is loaded. Returns the summary (also written to summary.json). ``engine``
     replaces the one built from ``opts.engine`` (tests)."""
-    from trainer.data import DEFAULT_SUFFIX
-    from trainer.engines import EngineConfig, check_model_path, create_engine
-    from trainer.hf_utils import load_tokenizer, problem_prompt_ids
 
     files = resolve_dataset(opts.dataset, opts.lcb_files)
     suffix = DEFAULT_SUFFIX if opts.instruction_suffix is None else opts.instruction_suffix
@@ -328,7 +293,6 @@ def run_eval(opts: EvalOptions, engine: RolloutEngine | None = None) -> dict[str
         raise ValueError(f"--k must be >= 1, got {k}")
     params = SamplingParams(n=k, temperature=opts.temperature, top_p=opts.top_p,
                             top_k=opts.top_k, max_tokens=opts.max_tokens, seed=opts.seed)
-    from trainer.engines import check_sampling_params
 
     check_sampling_params(params)
     if engine is None:
@@ -354,7 +318,6 @@ def run_eval(opts: EvalOptions, engine: RolloutEngine | None = None) -> dict[str
         finally:
             if own_engine:
                 engine.close()
-    from verifier.evaluate import response_records
 
     write_jsonl(out_dir / "results.jsonl", response_records(run.problems, run.results))
     summary = summarize_run(run, k, opts.allow_errors)

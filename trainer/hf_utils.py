@@ -16,9 +16,33 @@ class CheckpointError(ValueError):
     """A model or tokenizer path that cannot be used; the message says why."""
 
 
+def check_model_path(model_path: str | Path) -> Path:
+    """The checkpoint directory, checked before anything heavy is imported or loaded.
+
+    Raises CheckpointError when the path does not exist, is not a directory, or has no
+    ``config.json`` (not a Hugging Face checkpoint). The one check engines, backends and the
+    trainer share.
+    """
+    path = Path(model_path)
+    if not path.exists():
+        raise CheckpointError(f"model path {str(model_path)!r} does not exist: not a Hugging Face "
+                              "checkpoint directory")
+    if not path.is_dir():
+        raise CheckpointError(f"model path {str(model_path)!r} is not a directory; expected a "
+                              "Hugging Face checkpoint directory (config.json + safetensors)")
+    if not (path / "config.json").is_file():
+        raise CheckpointError(f"model path {str(model_path)!r} has no config.json: not a "
+                              "Hugging Face checkpoint directory")
+    return path
+
+
 def load_tokenizer(path: str | Path) -> Any:
     """The checkpoint's tokenizer. Raises CheckpointError for a missing path."""
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    # lazy: the engines' and backends' config modules import this one without torch
+    from transformers import (
+        AutoTokenizer,
+        PreTrainedTokenizerFast,
+    )
 
     p = Path(path)
     if not p.exists():

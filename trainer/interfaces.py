@@ -18,14 +18,13 @@ from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
 import torch
 
-
 # ---------------------------------------------------------------------------------------------
 # Rollouts
 # ---------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample (DESIGN.md 4: temperature 1.0, top_p 1.0, top_k -1 for training)."""
+    """How to sample (docs/magic.md: temperature 1.0, top_p 1.0, top_k -1 for training)."""
 
     n: int = 16
     """Samples per prompt (the group size)."""
@@ -125,7 +124,7 @@ class TokenBatch:
 
 @dataclass
 class LossSettings:
-    """What one update needs from the MAGIC config (DESIGN.md 4)."""
+    """What one update needs from the MAGIC config (docs/magic.md)."""
 
     clip_low: float = 0.2
     clip_high: float = 0.2

@@ -1,6 +1,6 @@
 """The MAGIC training loop: a thin driver around trainer/magic.py's pure rules.
 
-One step (DESIGN.md 4, issue 5):
+One step (docs/magic.md, issue 5):
   sample prompts -> generate (completions streamed to the verifier as chunks finish) -> wait for
   the remaining rewards -> online filter -> group advantages -> update (on-policy, or the
   off-policy quadruple) -> adaptive entropy update -> weight sync into the engine -> log ->
@@ -21,22 +21,36 @@ import shutil
 import signal
 import time
 from collections import defaultdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from trainer import dist, magic
+from trainer.backends import create_backend
 from trainer.backends.reference import check_reference_memory
-from trainer.data import PromptSampler, Problem, load_problems
-from trainer.hf_utils import CheckpointError, load_tokenizer, problem_prompt_ids
+from trainer.config import RunConfig
+from trainer.data import Problem, PromptSampler, load_problems
+from trainer.engines import create_engine
+from trainer.evaluation import ScoredRun, generate_and_score, summarize_run, trainer_metrics
+from trainer.hf_utils import CheckpointError, check_model_path, load_tokenizer, problem_prompt_ids
 from trainer.interfaces import Completion, LossSettings, SamplingParams, TokenBatch, UpdatePlan
 from trainer.metrics_log import MetricsLogger
-from trainer.rewards import (NOT_A_VERDICT, RewardClient, RewardError, RewardStream,
-                             check_verdicts)
-from trainer.run_config import RunConfig
+from trainer.plot import plot_run
 from trainer.samples import sample_rows, write_samples
 from trainer.schedule import response_indices
+from trainer.tiny import save_tiny
+from trainer.verifier_bridge import (
+    NOT_A_VERDICT,
+    RewardClient,
+    RewardError,
+    RewardStream,
+    check_verdicts,
+    verifier_connection,
+)
+from trainer.warmstart import warm_start
 from verifier.items import Status
 
 log = logging.getLogger(__name__)
@@ -56,7 +70,8 @@ class Trainer:
         self.run_dir = cfg.run_dir
         self.step = 0
         self._stop_requested = False
-        self._local_verifier = None
+        self._verifier: verifier_connection | None = None
+        self.client: RewardClient | None = None
         self.engine = None
         self.backend = None
         self.logger: MetricsLogger | None = None
@@ -129,47 +144,27 @@ class Trainer:
     def _initial_model_path(self) -> Path:
         cfg = self.cfg
         if cfg.tiny_model is not None:
-            from dataclasses import asdict
-
-            from trainer.tiny import save_tiny
 
             path = self.run_dir / "init"
             if not (path / "config.json").exists():
                 save_tiny(path, seed=cfg.seed, **asdict(cfg.tiny_model))
             return path
-        path = Path(str(cfg.model_path))
-        if not (path / "config.json").exists():
-            raise CheckpointError(f"model_path {str(path)!r} is not a Hugging Face checkpoint "
-                                  "directory (no config.json)")
-        return path
+        return check_model_path(str(cfg.model_path))
 
     def _connect_verifier(self) -> None:
-        addr = self.cfg.verifier.addr
-        if addr is None:
-            from verifier.local import LocalVerifier
-
-            self._local_verifier = LocalVerifier(workers=self.cfg.verifier.workers)
-            addr = self._local_verifier.address
+        v = self.cfg.verifier
+        self._verifier = verifier_connection(v.addr, v.workers, v.connect_timeout_s,
+                                             self.cfg.verifier_client_config())
         try:  # RewardError when the verifier does not answer: before any model is loaded
-            self.client = RewardClient(addr, self.cfg.verifier_client_config(),
-                                       connect_timeout_s=self.cfg.verifier.connect_timeout_s)
+            self.client = self._verifier.__enter__()
         except RewardError:
             self.close()
             raise
 
     def _explain(self, error: RewardError) -> RewardError:
-        """The error, with the local verifier's exit status and last output lines when it is
-        the one that died (its output is otherwise only in memory)."""
-        v = self._local_verifier
-        if v is None or v.proc.poll() is None:
-            return error
-        tail = "".join(list(v.lines)[-20:])
-        return RewardError(f"{error}; the local verifier exited with status "
-                           f"{v.proc.returncode}, its last output:\n{tail}")
+        return self._verifier.explain(error) if self._verifier is not None else error
 
     def _warm_start(self, model_path: Path) -> Path:
-        from trainer.warmstart import warm_start
-
         out = self.run_dir / "warm_start"
         if not (out / "config.json").exists():
             warm_start(model_path, self.tokenizer, self.train, self.cfg.warm_start,
@@ -185,9 +180,6 @@ class Trainer:
                                    seed=self.cfg.seed, keep_reference=m.kl_coef > 0)
 
     def _load_models(self, model_path: Path, reference_path: Path) -> None:
-        from trainer.backends import create_backend
-        from trainer.engines import create_engine
-
         self.backend = create_backend(self._backend_config(), model_path,
                                       reference_path=reference_path)
         if (self.backend.rank, self.backend.world_size) != (self.rank, self.world):
@@ -209,11 +201,37 @@ class Trainer:
 
     # -- one step --------------------------------------------------------------------------
     def train_step(self) -> dict[str, Any]:
-        cfg, m = self.cfg, self.cfg.magic
+        """One MAGIC step, in named phases: generate and score the rollout batch, turn the
+        verdicts into rewards and advantages (online filter), gather the batch statistics,
+        update the policy, and sync the new weights into the rollout engine."""
         assert self.engine is not None and self.backend is not None
         t_step = time.monotonic()
         step = self.step + 1
-        stage = self.schedule.current
+        rollout = self._generate_and_score(step)
+        scored = self._advantages(rollout)
+        metrics = {"step": step, "stage": self.schedule.index,
+                   "stage/max_response_length": self.schedule.current.max_response_length}
+        metrics.update(self._batch_metrics(rollout, scored))
+        t0 = time.monotonic()
+        metrics.update(self._update(step, rollout, scored, not metrics["update/skipped"]))
+        t_update = time.monotonic() - t0
+        t0 = time.monotonic()
+        if not metrics["update/skipped"]:  # named_weights is a collective under ZeRO-3
+            self.engine.load_weights(self.backend.named_weights())
+        t_sync = time.monotonic() - t0
+        metrics.update({"time/generate": rollout.t_generate,
+                        "time/verify_wait": rollout.t_verify_wait,
+                        "time/update": t_update, "time/sync": t_sync})
+        self.step = step
+        metrics["time/step"] = time.monotonic() - t_step
+        # Stage transitions and logging must see the same numbers on every rank: rank 0's.
+        return dist.broadcast(metrics)
+
+    def _generate_and_score(self, step: int) -> "_Rollout":
+        """Phase 1: sample this step's prompts, generate the groups, and stream each finished
+        chunk to the verifier while generation goes on (docs/magic.md: verification must
+        overlap generation); wait for the last verdicts."""
+        cfg, m = self.cfg, self.cfg.magic
         # Every rank draws the same global prompts; its engine generates its rollout group's
         # share (the same on every rank of a tensor-parallel group, same seed), and the rank
         # keeps the part it owns (trainer/dist.py Layout).
@@ -222,7 +240,7 @@ class Trainer:
         rollout = lay.rollout_share(global_problems)
         problems = [p for i, p in enumerate(rollout) if lay.owns(i)]
         params = SamplingParams(n=m.group_size, temperature=m.temperature, top_p=m.top_p,
-                                top_k=m.top_k, max_tokens=stage.max_response_length,
+                                top_k=m.top_k, max_tokens=self.schedule.current.max_response_length,
                                 seed=_seed(cfg, step, 0) + lay.group)
 
         def owned(chunk: list[Completion]) -> list[Completion]:
@@ -230,13 +248,14 @@ class Trainer:
             return [dataclasses.replace(c, prompt_index=c.prompt_index // lay.tp) for c in chunk
                     if lay.owns(c.prompt_index)]
 
-        # Generate; each finished chunk goes to the verifier at once (overlap).
+        def wire_id(c: Completion) -> str:
+            return f"{step}:{self.rank}:{c.prompt_index}:{c.sample_index}"
+
         rewards_stream = RewardStream(self.client)
 
         def on_done(chunk: list[Completion]) -> None:
-            rewards_stream.submit([problems[c.prompt_index].verifier_item(
-                f"{step}:{self.rank}:{c.prompt_index}:{c.sample_index}", c.text)
-                for c in owned(chunk)])
+            rewards_stream.submit([problems[c.prompt_index].verifier_item(wire_id(c), c.text)
+                                   for c in owned(chunk)])
 
         t0 = time.monotonic()
         self.engine.wake_up()
@@ -255,88 +274,92 @@ class Trainer:
             results, t_verify_wait = rewards_stream.wait(cfg.verifier.timeout_s)
         except RewardError as e:
             raise self._explain(e) from e
-
-        ids = [f"{step}:{self.rank}:{c.prompt_index}:{c.sample_index}" for c in completions]
-        judged = torch.tensor([results[i].status not in NOT_A_VERDICT for i in ids])  # [N]
-        if not bool(judged.all()) and cfg.on_invalid_reward == "fail":
-            check_verdicts(results)
-        rewards = torch.tensor([results[i].reward for i in ids], dtype=torch.float32)  # [N]
-        truncated = torch.tensor([c.truncated for c in completions])  # [N]
+        ids = [wire_id(c) for c in completions]
         every = cfg.log.samples_every
         if self.rank == 0 and every and step % every == 0:
             write_samples(self.run_dir, step, sample_rows(step, problems, completions, results,
                                                           ids, cfg.log.samples_prompts))
+        return _Rollout(problems, completions, ids, [results[i] for i in ids], t_generate,
+                        t_verify_wait)
+
+    def _advantages(self, rollout: "_Rollout") -> "_Scored":
+        """Phase 2: verdicts to rewards, the online filter (and unjudged groups dropped when
+        ``on_invalid_reward=drop_group``), and the group advantages."""
+        cfg, m = self.cfg, self.cfg.magic
+        judged = torch.tensor([r.status not in NOT_A_VERDICT for r in rollout.results])  # [N]
+        if not bool(judged.all()) and cfg.on_invalid_reward == "fail":
+            check_verdicts(dict(zip(rollout.ids, rollout.results, strict=True)))
+        rewards = torch.tensor([r.reward for r in rollout.results], dtype=torch.float32)  # [N]
+        truncated = torch.tensor([c.truncated for c in rollout.completions])  # [N]
         G = m.group_size
         keep = magic.filter_groups(rewards, G) if m.online_filter else torch.ones_like(judged)
         unjudged_groups = ~judged.view(-1, G).all(dim=1)  # [P]
         keep = keep & ~unjudged_groups.repeat_interleave(G)  # [N]
         adv = magic.group_advantages(rewards, G, truncated, m.mask_mode, m.adv_eps)  # [N]
+        return _Scored(rewards, truncated, judged, keep, adv)
 
-        metrics: dict[str, Any] = {"step": step, "stage": self.schedule.index,
-                                   "stage/max_response_length": stage.max_response_length}
-        # Statistics over the whole rollout batch, gathered from every rank (a sync point).
-        no_answer = [results[i].status == Status.NO_ANSWER for i in ids]
-        stats = dist.gather(([problems[c.prompt_index].data_source for c in completions],
-                             [len(c.token_ids) for c in completions], rewards.tolist(),
-                             truncated.tolist(), keep.tolist(), (~judged).tolist(), no_answer))
+    def _batch_metrics(self, rollout: "_Rollout", scored: "_Scored") -> dict[str, Any]:
+        """Phase 3: statistics over the whole rollout batch, gathered from every rank (a sync
+        point: every rank must call it)."""
+        G = self.cfg.magic.group_size
+        no_answer = [r.status == Status.NO_ANSWER for r in rollout.results]
+        stats = dist.gather(([rollout.problems[c.prompt_index].data_source
+                              for c in rollout.completions],
+                             [len(c.token_ids) for c in rollout.completions],
+                             scored.rewards.tolist(), scored.truncated.tolist(),
+                             scored.keep.tolist(), (~scored.judged).tolist(), no_answer))
         g_src, g_len, g_rew, g_trunc, g_keep, g_unj, g_none = (sum((x[i] for x in stats), [])
                                                                for i in range(7))
-        metrics.update(_reward_metrics(g_src, g_len, torch.tensor(g_rew),
-                                       torch.tensor(g_trunc), G))
+        metrics = _reward_metrics(g_src, g_len, torch.tensor(g_rew), torch.tensor(g_trunc), G)
         metrics["reward/no_answer_frac"] = sum(g_none) / len(g_none)
         metrics["filtered/frac"] = 1.0 - sum(g_keep) / len(g_keep)
         metrics["reward/unjudged"] = int(sum(g_unj))
         metrics["rollout/responses"] = len(g_len)  # every rank's, each judged once
+        metrics["update/skipped"] = int(sum(g_keep) == 0)  # the same answer on every rank
+        return metrics
 
-        kept_prompts = torch.nonzero(keep.view(-1, G).all(dim=1)).flatten()  # [P']
-        any_kept = sum(g_keep) > 0  # the same answer on every rank
-        t0 = time.monotonic()
+    def _update(self, step: int, rollout: "_Rollout", scored: "_Scored",
+                any_kept: bool) -> dict[str, Any]:
+        """Phase 4: the MAGIC update on the kept groups (off-policy mini-batches when the
+        quadruple asks for them) and the entropy controller's move. ``any_kept``: some rank
+        kept a group (the same answer on every rank: then all take part in the update)."""
+        cfg, m = self.cfg, self.cfg.magic
+        assert self.backend is not None
+        G = m.group_size
         coef = self.controller.coef
-        if any_kept:
-            rows = response_indices(kept_prompts, G)  # [P' * G]
-            # A rank whose groups were all filtered still takes part in every collective of
-            # the update: a one-row batch and empty mini-batches (the backend pads them).
-            batch_rows = rows if rows.numel() else torch.zeros(1, dtype=torch.long)
-            batch = TokenBatch.from_completions([completions[i] for i in batch_rows.tolist()],
-                                                self.tokenizer.pad_token_id)
-            old_logprobs = self.backend.logprobs(batch, cfg.micro_batch_size)  # [B, T]
-            gen = torch.Generator().manual_seed(_seed(cfg, step, 1) + self.rank)
-            minibatches = [response_indices(p, G) for p in self.off_policy.minibatches(
-                len(kept_prompts), gen, keep_empty=self.world > 1)]
-            loss = LossSettings(clip_low=m.clip_low, clip_high=m.clip_high, entropy_coef=coef,
-                                kl_coef=m.kl_coef, kl_estimator=m.kl_estimator)
-            upd = self.backend.update(batch, old_logprobs, adv[batch_rows],
-                                      UpdatePlan(minibatches, cfg.micro_batch_size), loss)
-            metrics.update(upd)
-            metrics["entropy/coef"] = coef
-            metrics["entropy/next_coef"] = self.controller.update(upd["entropy"])
-        else:
+        kept_prompts = torch.nonzero(scored.keep.view(-1, G).all(dim=1)).flatten()  # [P']
+        if not any_kept:
             # Every group was filtered out: no update (MAGIC filters without refilling). The
             # keys stay (stable schema): no loss was applied, and entropy was not measured, so
             # the controller is not moved.
-            metrics.update({"losses/policy": 0.0, "losses/clipfrac": 0.0, "entropy": None,
-                            "entropy/coef": coef, "entropy/next_coef": coef})
+            metrics: dict[str, Any] = {"losses/policy": 0.0, "losses/clipfrac": 0.0,
+                                       "entropy": None, "entropy/coef": coef,
+                                       "entropy/next_coef": coef}
             if m.kl_coef > 0:
                 metrics["losses/kl"] = None  # not measured on this step
-        metrics["update/skipped"] = int(not any_kept)
-        t_update = time.monotonic() - t0
-
-        t0 = time.monotonic()
-        if any_kept:  # named_weights is a collective under ZeRO-3: every rank iterates it
-            self.engine.load_weights(self.backend.named_weights())
-        t_sync = time.monotonic() - t0
-        metrics.update({"time/generate": t_generate, "time/verify_wait": t_verify_wait,
-                        "time/update": t_update, "time/sync": t_sync})
-        self.step = step
-        metrics["time/step"] = time.monotonic() - t_step
-        # Stage transitions and logging must see the same numbers on every rank: rank 0's.
-        return dist.broadcast(metrics)
+            return metrics
+        rows = response_indices(kept_prompts, G)  # [P' * G]
+        # A rank whose groups were all filtered still takes part in every collective of the
+        # update: a one-row batch and empty mini-batches (the backend pads them).
+        batch_rows = rows if rows.numel() else torch.zeros(1, dtype=torch.long)
+        batch = TokenBatch.from_completions([rollout.completions[i] for i in batch_rows.tolist()],
+                                            self.tokenizer.pad_token_id)
+        old_logprobs = self.backend.logprobs(batch, cfg.micro_batch_size)  # [B, T]
+        gen = torch.Generator().manual_seed(_seed(cfg, step, 1) + self.rank)
+        minibatches = [response_indices(p, G) for p in self.off_policy.minibatches(
+            len(kept_prompts), gen, keep_empty=self.world > 1)]
+        loss = LossSettings(clip_low=m.clip_low, clip_high=m.clip_high, entropy_coef=coef,
+                            kl_coef=m.kl_coef, kl_estimator=m.kl_estimator)
+        metrics = self.backend.update(batch, old_logprobs, scored.advantages[batch_rows],
+                                      UpdatePlan(minibatches, cfg.micro_batch_size), loss)
+        metrics["entropy/coef"] = coef
+        metrics["entropy/next_coef"] = self.controller.update(metrics["entropy"])
+        return metrics
 
     # -- evaluation ------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
         """avg@k on the held-out problems through the verifier: the same code as ``trainer
         eval`` (trainer/evaluation.py), so the numbers agree with ``verifier eval``."""
-        from trainer.evaluation import generate_and_score, summarize_run, trainer_metrics
 
         e = self.cfg.eval
         assert self.engine is not None
@@ -416,8 +439,6 @@ class Trainer:
                    "eval_last": last_eval.get("eval/accuracy"),
                    "run_dir": str(self.run_dir)}
         if cfg.log.plots and self.rank == 0:
-            from trainer.plot import plot_run
-
             plot_run(self.run_dir)
         return summary
 
@@ -480,22 +501,45 @@ class Trainer:
         log.info("resumed", extra={"checkpoint": str(ckpt), "step": self.step})
 
     def close(self) -> None:
-        for obj in (self.engine,):
+        """Close the engine, the backend (its process group, when it made one), the verifier
+        connection (and the local verifier) and the logger; safe to call twice."""
+        for attr in ("engine", "backend"):
+            obj = getattr(self, attr, None)
             if obj is not None:
                 obj.close()
-        if getattr(self, "client", None) is not None:
-            self.client.close()
-        if self._local_verifier is not None:
-            self._local_verifier.stop()
-            self._local_verifier = None
+                setattr(self, attr, None)
+        if self._verifier is not None:  # the client, and the local verifier if we started it
+            self._verifier.__exit__(None, None, None)
+            self._verifier = None
+        self.client = None
         if getattr(self, "logger", None) is not None:
             self.logger.close()
+
+
+@dataclass
+class _Rollout:
+    """A rank's share of one step's rollout batch, in group order (G responses per prompt)."""
+
+    problems: list[Problem]
+    completions: list[Completion]  # [N]
+    ids: list[str]  # [N] the verifier items' ids
+    results: list[Any]  # [N] verifier Results, aligned with completions
+    t_generate: float
+    t_verify_wait: float
+
+
+@dataclass
+class _Scored:
+    rewards: torch.Tensor  # [N] float
+    truncated: torch.Tensor  # [N] bool
+    judged: torch.Tensor  # [N] bool: the verifier gave a verdict
+    keep: torch.Tensor  # [N] bool: online filter and unjudged groups
+    advantages: torch.Tensor  # [N]
 
 
 def _merge_runs(parts: list[tuple[list[int], list[Any], dict[str, Any]]]) -> Any:
     """One ScoredRun from every rank's (global positions, problems, results): problems
     renumbered to their global position, results re-keyed to match."""
-    from trainer.evaluation import ScoredRun
 
     problems: list[Any] = []
     results: dict[str, Any] = {}
@@ -527,7 +571,5 @@ def _reward_metrics(sources: list[str], lengths: list[int], rewards: torch.Tenso
 
 
 def _yaml(data: dict) -> str:
-    import yaml
-
     return yaml.safe_dump(data, sort_keys=False)
 

@@ -1,6 +1,6 @@
 """MAGIC, the RL recipe of Skywork-OR1 (arXiv 2505.22312), as small pure functions.
 
-Each function states the rule it implements (report section, DESIGN.md 4). Where a rule is
+Each function states the rule it implements (report section, docs/magic.md). Where a rule is
 silent on an edge case, the docstring says what we chose. Shapes: ``B`` responses (rows),
 ``T`` response tokens (padded), ``V`` vocabulary, ``N = num_groups * group_size`` responses
 stored group by group (rows ``g*n .. g*n+n-1`` are the group of prompt ``g``).
@@ -24,7 +24,7 @@ from typing import Literal
 import torch
 import torch.utils.checkpoint
 
-from .config import KLEstimator, MagicConfig, MaskMode, default_stages
+from .magic_config import KLEstimator, MagicConfig, MaskMode, default_stages
 from .magic_controller import ENTROPY_MODES, AdaptiveEntropyController, EntropyMode
 from .schedule import (
     OffPolicyConfig,
@@ -85,7 +85,7 @@ def group_advantages(
 ) -> torch.Tensor:
     """GRPO group advantage with MAGIC's truncated-response modes.
 
-    Rule (Skywork-OR1 §2 GRPO and §3 "Advantage Mask for Truncated Responses"; DESIGN.md 4):
+    Rule (Skywork-OR1 §2 GRPO and §3 "Advantage Mask for Truncated Responses"; docs/magic.md):
     ``A_i = (r_i - mean(group)) / (std(group) + eps)`` with the SAMPLE std (n-1); the caller
     puts the same ``A_i`` on every token of response ``i``. ``mask_mode``:
 
@@ -111,7 +111,7 @@ def group_advantages(
         truncated: ``[N]`` bool, True where the response hit the length limit. Required for
             ``"before"``/``"after"``; ignored by ``"none"``.
         mask_mode: ``"none"`` | ``"before"`` | ``"after"``.
-        eps: added to the std (DESIGN.md 4: 1e-6).
+        eps: added to the std (docs/magic.md: 1e-6).
 
     Returns:
         ``[N]`` advantages.
@@ -160,7 +160,7 @@ def _standardise(g: torch.Tensor, counted: torch.Tensor, eps: float) -> torch.Te
 def filter_groups(rewards: torch.Tensor | Sequence[float], group_size: int) -> torch.Tensor:
     """Online filter: keep-mask per response, False for groups whose rewards are all equal.
 
-    Rule (Skywork-OR1 §3 data collection, online filtering / rejection sampling; DESIGN.md 4
+    Rule (Skywork-OR1 §3 data collection, online filtering / rejection sampling; docs/magic.md
     table "online filtering"): a group whose rewards are all equal (all 0 or all 1) has zero
     advantage everywhere and no learning signal; drop it, without refilling the batch.
     A group of size 1 is always "all equal" and dropped.
@@ -192,7 +192,7 @@ def _bool_mask(mask: torch.Tensor, shape: torch.Size) -> torch.Tensor:
 def masked_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Sum of ``values`` where ``mask`` is set (non-zero); padding may hold inf/NaN. -> 0-dim.
 
-    The numerator of every token-mean term (DESIGN.md 4 "Policy loss": token mean).
+    The numerator of every token-mean term (docs/magic.md "Policy loss": token mean).
     """
     m = _bool_mask(mask, values.shape)
     return torch.where(m, values, torch.zeros_like(values)).sum()
@@ -200,7 +200,7 @@ def masked_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor,
                 num_tokens: Number | torch.Tensor | None = None) -> torch.Tensor:
-    """Token mean: ``sum(values[mask]) / num_tokens`` (DESIGN.md 4, "token mean").
+    """Token mean: ``sum(values[mask]) / num_tokens`` (docs/magic.md, "token mean").
 
     ``num_tokens`` defaults to the mask's own count. Pass the mini-batch's global count
     (see :func:`token_mean_denominator`) to make a micro-batch's term add up exactly to the
@@ -222,7 +222,7 @@ def global_token_count(masks: torch.Tensor | Iterable[torch.Tensor], *,
     ``torch.distributed`` is initialised (or ``distributed=True``), all-reduced (SUM) over
     ``group`` (default: the world). Every rank must call it (collective).
 
-    DESIGN.md 4: "the gradient of a mini-batch must not depend on how it is split into
+    docs/magic.md: "the gradient of a mini-batch must not depend on how it is split into
     micro-batches or data-parallel ranks" -- every micro-batch divides by this one count.
     """
     mask_list = [masks] if isinstance(masks, torch.Tensor) else list(masks)
@@ -245,7 +245,7 @@ def token_mean_denominator(global_tokens: Number, *, world_size: int = 1,
                            engine_loss_divisor: int = 1) -> float:
     """The ``num_tokens`` each micro-batch loss must divide by so that the gradient after the
     framework's reductions equals the gradient of the token mean over the whole mini-batch
-    (DESIGN.md 4 "Policy loss": split invariance; Skywork-OR1 §3 token-level loss).
+    (docs/magic.md "Policy loss": split invariance; Skywork-OR1 §3 token-level loss).
 
     Each micro-batch computes ``masked_sum / D`` and calls backward; gradients accumulate by
     SUM over micro-batches. Across data-parallel ranks:
@@ -275,7 +275,7 @@ def token_mean_denominator(global_tokens: Number, *, world_size: int = 1,
 
 def merge_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """Token-weighted mean of per-micro-batch metrics (weights ``losses/num_tokens``, which is
-    summed), so logged metrics are token means over the mini-batch like the loss (DESIGN.md 4).
+    summed), so logged metrics are token means over the mini-batch like the loss (docs/magic.md).
     Keys missing from some part are averaged over the parts that have them."""
     weights = [float(p.get("losses/num_tokens", 0.0)) for p in parts]
     out: dict[str, float] = {"losses/num_tokens": sum(weights)}
@@ -313,7 +313,7 @@ def policy_loss(
     """PPO clipped surrogate, token-mean over all response tokens of the mini-batch.
 
     Rule (Skywork-OR1 §3 "Loss Function": token-level policy loss, no per-response length
-    normalisation; DESIGN.md 4 "Policy loss")::
+    normalisation; docs/magic.md "Policy loss")::
 
         ratio = exp(logprobs - old_logprobs)                         # [B, T]
         l_t   = -min(ratio * A, clip(ratio, 1 - clip_low, 1 + clip_high) * A)
@@ -402,7 +402,7 @@ def token_entropy(logits: torch.Tensor, chunk_size: int = 1024, *,
     """Entropy (nats) of the full next-token distribution at every position.
 
     Rule (Skywork-OR1 §3 "Adaptive Entropy Control": H is the entropy of the policy's full
-    token distribution; DESIGN.md 4 "Entropy"). ``H = logsumexp(x) - sum_v softmax(x)_v x_v``.
+    token distribution; docs/magic.md "Entropy"). ``H = logsumexp(x) - sum_v softmax(x)_v x_v``.
 
     Memory: the positions are processed ``chunk_size`` at a time, and only one chunk is upcast
     (bf16/fp16 -> float32), so the float32 working set is ``chunk_size x V``, never a
@@ -450,7 +450,7 @@ def entropy_loss(entropy: torch.Tensor, response_mask: torch.Tensor, coef: float
                  num_tokens: Number | torch.Tensor | None = None) -> torch.Tensor:
     """The entropy bonus term ``-coef * H``, H the token-mean entropy over response tokens.
 
-    Rule (Skywork-OR1 §3 "Adaptive Entropy Control"; DESIGN.md 4 "Entropy"). ``entropy`` is
+    Rule (Skywork-OR1 §3 "Adaptive Entropy Control"; docs/magic.md "Entropy"). ``entropy`` is
     ``[B, T]`` from :func:`token_entropy`; ``coef`` comes from
     :class:`AdaptiveEntropyController`. Same ``num_tokens`` semantics as :func:`policy_loss`.
     """
@@ -512,7 +512,7 @@ def magic_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """``policy_loss - entropy_coef * H + kl_coef * KL``, all token means with one denominator.
 
-    Skywork-OR1 §3 "Loss Function" (token-level loss, adaptive entropy, no KL); DESIGN.md 4.
+    Skywork-OR1 §3 "Loss Function" (token-level loss, adaptive entropy, no KL); docs/magic.md.
     ``entropy`` (``[B, T]``, from :func:`token_entropy`) is needed only when
     ``entropy_coef != 0``, ``ref_logprobs`` only when ``kl_coef != 0``. Metrics are those of
     :func:`policy_loss` plus ``losses/entropy`` (token-mean H, when given), ``losses/kl``

@@ -1,6 +1,6 @@
 """Adaptive entropy control: the entropy-bonus coefficient of MAGIC (pure Python, no torch).
 
-Skywork-OR1 (arXiv 2505.22312) §3, "Adaptive Entropy Control"; DESIGN.md 4, rule "Entropy".
+Skywork-OR1 (arXiv 2505.22312) §3, "Adaptive Entropy Control"; docs/magic.md, rule "Entropy".
 Re-exported by :mod:`trainer.magic`.
 """
 
@@ -17,7 +17,7 @@ _STATE_VERSION = 1
 
 
 class AdaptiveEntropyController:
-    """Adaptive entropy coefficient (Skywork-OR1 §3 "Adaptive Entropy Control"; DESIGN.md 4).
+    """Adaptive entropy coefficient (Skywork-OR1 §3 "Adaptive Entropy Control"; docs/magic.md).
 
     The controller keeps an internal coefficient ``c`` (starts at ``coef_init``). After each
     training step it is shown that step's measured entropy ``e`` and does, exactly::

@@ -34,6 +34,7 @@ class MetricsLogger:
         self._file = self.path.open("a", encoding="utf-8")
         self._tb = None
         if settings.tensorboard:
+            # lazy: optional (log.tensorboard); heavy
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_after + 1)

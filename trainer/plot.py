@@ -16,11 +16,15 @@ plots tell the stage story together:
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
+import matplotlib
 import yaml
+
+matplotlib.use("Agg")  # headless: plots are files, never windows
+import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 
 SMOOTH = 10  # steps in the trailing mean drawn over noisy per-step series
 
@@ -70,11 +74,6 @@ def stage_starts(rows: list[dict]) -> list[tuple[int, int, Any]]:
 
 def plot_run(run_dir: Path) -> list[Path]:
     """Write the PNGs into ``run_dir/plots`` and return their paths."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = read_metrics(run_dir)
     cfg = _config(run_dir)
     magic_cfg = cfg.get("magic") or {}

@@ -1,9 +1,9 @@
 """Schedules of MAGIC: multi-stage context lengths and the off-policy quadruple.
 
 - Multi-stage training: Skywork-OR1 (arXiv 2505.22312) §3, "Multi-Stage Training";
-  DESIGN.md 4, rule "Multi-stage".
+  docs/magic.md, rule "Multi-stage".
 - The off-policy quadruple (N_SGD, D_R, D_T, N_reuse): Skywork-OR1 §3 "On-Policy Training" and
-  the off-policy-update ablation of §4 (entropy-collapse studies); DESIGN.md 4, rule
+  the off-policy-update ablation of §4 (entropy-collapse studies); docs/magic.md, rule
   "Off-policy knobs".
 
 torch is imported lazily (only :meth:`OffPolicyConfig.minibatches` and
@@ -18,8 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from trainer.config_schema import check_keys
+
 if TYPE_CHECKING:
-    import torch
+    import torch  # lazy: MagicConfig (the config layer) imports this module without torch
 
 PlateauMode = Literal["max", "min"]
 
@@ -28,14 +30,6 @@ _STATE_VERSION = 1
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _unknown_keys(kind: str, data: Mapping[str, Any], known: Sequence[str]) -> None:
-    if not isinstance(data, Mapping):
-        raise ValueError(f"a {kind} must be a dict, got {data!r}")
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise ValueError(f"unknown {kind} keys {unknown}; known keys are {sorted(known)}")
 
 
 def _build(cls: Any, kind: str, data: Mapping[str, Any]) -> Any:
@@ -90,7 +84,7 @@ class Plateau:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Plateau:
         """Build from a plain dict; unknown keys raise ValueError naming them."""
-        _unknown_keys("plateau", data, ("metric", "patience", "min_delta", "mode"))
+        check_keys("plateau", data, ("metric", "patience", "min_delta", "mode"))
         return _build(cls, "plateau", data)
 
     def to_dict(self) -> dict[str, Any]:
@@ -140,7 +134,7 @@ class Stage:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Stage:
         """Build from a plain dict (``plateau`` may be a nested dict); unknown keys raise."""
-        _unknown_keys("stage", data, ("name", "max_response_length", "steps", "plateau"))
+        check_keys("stage", data, ("name", "max_response_length", "steps", "plateau"))
         return _build(cls, "stage", data)
 
     def to_dict(self) -> dict[str, Any]:
@@ -152,7 +146,7 @@ class Stage:
 def validate_stages(stages: Sequence[Stage]) -> None:
     """Check a stage list: non-empty, unique names, strictly increasing lengths, end conditions.
 
-    Skywork-OR1 §3 "Multi-Stage Training" (the context length T only grows); DESIGN.md 4.
+    Skywork-OR1 §3 "Multi-Stage Training" (the context length T only grows); docs/magic.md.
 
     Raises:
         ValueError: stating the broken rule.
@@ -305,7 +299,7 @@ class OffPolicyConfig:
     ``N_SGD = (D_R / D_T) * N_reuse``. ``(1, D, D, 1)`` is on-policy (MAGIC; the report's
     (1, 64, 64, 1)): one optimizer step per rollout batch, one epoch.
 
-    Skywork-OR1 §3 "On-Policy Training" and §4 off-policy ablation; DESIGN.md 4.
+    Skywork-OR1 §3 "On-Policy Training" and §4 off-policy ablation; docs/magic.md.
 
     Raises:
         ValueError: unless all four are ints >= 1, D_T divides D_R and
@@ -362,7 +356,7 @@ class OffPolicyConfig:
         Raises:
             ValueError: if ``num_prompts`` is negative or larger than D_R.
         """
-        import torch
+        import torch  # lazy: MagicConfig (the config layer) imports this module without torch
 
         n = self.rollout_batch_size if num_prompts is None else num_prompts
         if not _is_int(n) or not 0 <= n <= self.rollout_batch_size:
@@ -380,7 +374,7 @@ class OffPolicyConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OffPolicyConfig:
-        _unknown_keys("off-policy", data,
+        check_keys("off-policy", data,
                       ("n_sgd", "rollout_batch_size", "mini_batch_size", "n_reuse"))
         return _build(cls, "off-policy config", data)
 
@@ -398,7 +392,7 @@ def response_indices(prompt_indices: torch.Tensor, group_size: int) -> torch.Ten
     Prompt ``p`` owns rows ``p * group_size .. p * group_size + group_size - 1``.
     ``[P] -> [P * group_size]``.
     """
-    import torch
+    import torch  # lazy: MagicConfig (the config layer) imports this module without torch
 
     if not _is_int(group_size) or group_size < 1:
         raise ValueError(f"group_size must be an int >= 1, got {group_size!r}")

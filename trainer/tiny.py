@@ -8,8 +8,13 @@ directory that ``transformers`` and vLLM load like any checkpoint.
 from __future__ import annotations
 
 import json
+import re
 import string
 from pathlib import Path
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 PAD, EOS, UNK = "<|endoftext|>", "<|im_end|>", "<unk>"
 IM_START = "<|im_start|>"
@@ -37,10 +42,7 @@ CHAT_TEMPLATE = (
 def build_tokenizer(digits_per_token: int = 3):
     """A character-level fast tokenizer (numbers in chunks of up to ``digits_per_token``
     digits) with a chat template (PreTrainedTokenizerFast)."""
-    import re
 
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     if not 1 <= digits_per_token <= 3:
         raise ValueError(f"digits_per_token must be 1, 2 or 3, got {digits_per_token}")
@@ -65,8 +67,6 @@ def build_model(vocab_size: int, *, hidden_size: int = 64, layers: int = 2, head
                 kv_heads: int = 2, intermediate_size: int = 256, max_positions: int = 512,
                 seed: int = 0, eos_token_id: int | None = None, pad_token_id: int | None = None):
     """A randomly initialised Qwen2ForCausalLM (float32)."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
     config = Qwen2Config(

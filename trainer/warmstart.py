@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
+from transformers import AutoModelForCausalLM
 
 from trainer.data import Problem
 
@@ -37,8 +38,6 @@ def target_response(template: str, problem: Problem) -> str:
 
 def warm_start(model_path: Path, tokenizer: Any, problems: Sequence[Problem], settings: Any,
                out_dir: Path, *, seed: int, prompt_ids: Callable[[Problem], list[int]]) -> Path:
-    from transformers import AutoModelForCausalLM
-
     targets = {p.id: target_response(settings.response_template, p) for p in problems}
     torch.manual_seed(seed)
     rng = random.Random(seed)

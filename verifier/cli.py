@@ -1,4 +1,4 @@
-"""``verifier`` command line: ``serve``, ``check``, ``eval`` and ``health`` (DESIGN.md 3.2).
+"""``verifier`` command line: ``serve``, ``check``, ``eval`` and ``health`` (docs/contracts.md 2).
 
 Each subcommand is one config dataclass; tyro turns its fields and their docstrings into flags
 and help text.
@@ -31,7 +31,7 @@ log = logging.getLogger("verifier")
 
 @dataclass
 class CheckConfig:
-    """``verifier check``: score a JSONL file of items (DESIGN.md 3.1) into a JSONL of results."""
+    """``verifier check``: score a JSONL file of items (docs/contracts.md 1) into a JSONL of results."""
 
     input: Annotated[Path, tyro.conf.arg(aliases=["-i"])]
     """Items, one JSON object per line."""

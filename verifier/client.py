@@ -15,7 +15,7 @@
 - Access control: TLS / mutual TLS (``tls_ca``, ``tls_cert``, ``tls_key``) and a bearer token
   (``token_file`` / ``token_env``), sent on every call.
 
-Items are ``verifier.items.Item`` objects or dicts in the JSONL item format (DESIGN.md 3.1).
+Items are ``verifier.items.Item`` objects or dicts in the JSONL item format (docs/contracts.md 1).
 """
 
 from __future__ import annotations

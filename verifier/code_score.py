@@ -1,4 +1,4 @@
-"""Scoring model-written programs against test cases (DESIGN.md 3.1, 5).
+"""Scoring model-written programs against test cases (docs/contracts.md 1, 5).
 
 ``score_code(response, ground_truth, limits, sandbox) -> Outcome`` never raises for bad model
 output or bad ground truth and never hangs: every process has a wall deadline and the whole
@@ -171,7 +171,7 @@ def _text(v: Any, what: str) -> str:
 
 
 def parse_ground_truth(gt: Any) -> Spec:
-    """Validate and normalise a code ground truth (DESIGN.md 3.1); BadGroundTruth names what is
+    """Validate and normalise a code ground truth (docs/contracts.md 1); BadGroundTruth names what is
     wrong."""
     gt = decode_ground_truth(gt)
     if isinstance(gt, str):

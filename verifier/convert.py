@@ -75,7 +75,7 @@ def item_from_proto(msg: pb.Item) -> Item | tuple[str, Outcome]:
 
 
 def item_to_proto(item: Item | dict[str, Any]) -> pb.Item:
-    """Client side. Accepts an Item or a dict in the JSONL item format (DESIGN.md 3.1).
+    """Client side. Accepts an Item or a dict in the JSONL item format (docs/contracts.md 1).
     Raises VerifierError("invalid_argument") naming the problem when the item cannot be put on
     the wire at all (a non-string response, a ground truth that is not JSON, bad limits).
     Domain and ground-truth checks are the server's: they come back as INVALID_INPUT."""

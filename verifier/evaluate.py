@@ -1,5 +1,5 @@
 """``verifier eval``: score k sampled responses per problem and report avg@k / pass@k
-(DESIGN.md 3.2), the way the Skywork-OR1 report does (AIME24/25 avg@32, LiveCodeBench avg@4).
+(docs/contracts.md 2), the way the Skywork-OR1 report does (AIME24/25 avg@32, LiveCodeBench avg@4).
 
 Input: a JSONL of generations, one problem per line::
 

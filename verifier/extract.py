@@ -1,4 +1,4 @@
-"""Pulling the final answer out of a model response (DESIGN.md 5).
+"""Pulling the final answer out of a model response (docs/verifier.md 1).
 
 Pure string functions shared by the math and code scorers; no sympy, no sandbox.
 """

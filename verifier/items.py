@@ -1,4 +1,4 @@
-"""Items, limits and results: the contract of DESIGN.md 3.1 as Python dataclasses.
+"""Items, limits and results: the contract of docs/contracts.md 1 as Python dataclasses.
 
 Scorers are pure functions ``(response, ground_truth, limits) -> Outcome``; the service wraps an
 Outcome into a Result (id, reward, timing). Bad input never raises out of a batch: it becomes a
@@ -78,7 +78,7 @@ class Limits:
 
 @dataclass
 class Item:
-    """One thing to verify (DESIGN.md 3.1). ``ground_truth`` is kept as given (decoded JSON);
+    """One thing to verify (docs/contracts.md 1). ``ground_truth`` is kept as given (decoded JSON);
     each scorer validates and normalises the format of its domain."""
 
     id: str
@@ -107,7 +107,7 @@ class Outcome:
 
 @dataclass
 class Result:
-    """The JSON result of DESIGN.md 3.1."""
+    """The JSON result of docs/contracts.md 1."""
 
     id: str
     reward: float
@@ -151,7 +151,7 @@ class Result:
 
 
 def reward_of(outcome: Outcome, mode: str = "binary") -> float:
-    """DESIGN.md 5: 1.0 when the item is correct, else 0.0; "fractional" gives passed/total for
+    """docs/verifier.md 1: 1.0 when the item is correct, else 0.0; "fractional" gives passed/total for
     items that ran tests. INVALID_INPUT and SANDBOX_ERROR results are visible through their
     status; a trainer must not treat them as a genuine 0 reward."""
     if outcome.status is Status.CORRECT:
@@ -186,7 +186,7 @@ def decode_ground_truth(value: Any) -> Any:
 
 def item_from_dict(obj: Any, index: int | None = None) -> Item | tuple[str, Outcome]:
     """Build an Item from a decoded JSON object, or return ``(id, Outcome(INVALID_INPUT))``
-    naming what is wrong. Unknown extra fields are ignored (DESIGN.md 3.1)."""
+    naming what is wrong. Unknown extra fields are ignored (docs/contracts.md 1)."""
     fallback_id = f"#{index}" if index is not None else ""
     if not isinstance(obj, dict):
         return fallback_id, invalid(f"item must be a JSON object, got {type(obj).__name__}")

@@ -1,6 +1,6 @@
 """Run ``verifier serve`` as a child process on a free loopback port, for one job.
 
-Used by ``trainer run`` without ``--verifier-addr`` (DESIGN.md 3.2), by the demo, the
+Used by ``trainer run`` without ``--verifier-addr`` (docs/contracts.md 2), by the demo, the
 benchmarks and the tests. The child logs JSON; its first "verifier listening" line carries the
 bound address. Stopping sends SIGTERM, so the child drains in-flight work before it exits.
 """

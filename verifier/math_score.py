@@ -1,6 +1,6 @@
 """The math scorer: ``score_math(response, ground_truth, limits) -> Outcome``.
 
-Implements the math rules of DESIGN.md 5:
+Implements the math rules of docs/verifier.md 1:
 
 - the answer is read after the last ``</think>``; a response that opened ``<think>`` and never
   closed it has no answer (NO_ANSWER); without think tags the whole text counts;
@@ -92,7 +92,7 @@ DEFAULT_PROFILE = PROFILE_TABLE["default"]
 def score_math(
     response: str, ground_truth: Any, limits: Limits, profile: Profile = DEFAULT_PROFILE
 ) -> Outcome:
-    """Score one math item (DESIGN.md 5) under ``profile``'s extraction rule. Never raises for
+    """Score one math item (docs/verifier.md 1) under ``profile``'s extraction rule. Never raises for
     bad input: INVALID_INPUT instead."""
     budget = getattr(limits, "timeout_s", None) or DEFAULT_TIMEOUT_S
     if profile.math_extraction == "skywork":

@@ -5,7 +5,7 @@
   ZeRO stage 0-3, data parallel over the ``deepspeed``/``torchrun`` launcher's ranks.
 
 Both share one forward pass and one MAGIC update loop (:mod:`trainer.backends.common`), so the
-loss, the global-token-count rule (DESIGN.md 4) and the metrics are identical by construction.
+loss, the global-token-count rule (docs/magic.md) and the metrics are identical by construction.
 With ``keep_reference`` both also hold a frozen KL reference policy, whose memory
 :mod:`trainer.backends.reference` checks before anything loads.
 
@@ -16,9 +16,11 @@ without the training stack; :func:`create_backend` imports the backend it builds
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
+
+from trainer.hf_utils import check_model_path
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..interfaces import TrainingBackend
@@ -35,68 +37,63 @@ _STAGES = (0, 1, 2, 3)
 _DTYPES = ("float32", "bfloat16")
 
 
-def _f(default: Any, help: str) -> Any:
-    return field(default=default, metadata={"help": help})
-
-
 @dataclass(frozen=True)
 class BackendConfig:
-    """How the policy is trained (DESIGN.md 4 "optimizer" row; DESIGN.md 7 machine facts).
+    """How the policy is trained (docs/magic.md "optimizer" row; docs/machines.md machine facts).
     Frozen: vary a field with ``dataclasses.replace`` (re-validated). Each field's
     ``metadata["help"]`` gives unit, default and why."""
 
-    kind: BackendKind = _f("torch", (
-        "Which backend: 'torch' (one process, plain torch AdamW) or 'deepspeed' (ZeRO, data "
-        "parallel under the deepspeed/torchrun launcher). Default 'torch': the CPU demo and most "
-        "tests need no process group."))
-    zero_stage: ZeroStage = _f(0, (
-        "DeepSpeed ZeRO stage 0-3 (0: plain data parallel, 1: optimizer states sharded, 2: + "
-        "gradients, 3: + parameters). Default 0. Only meaningful with kind='deepspeed'."))
-    lr: float = _f(1e-6, (
-        "AdamW learning rate, constant (no schedule, no warm-up), > 0. Default 1e-6 as released "
-        "(DESIGN.md 4, Skywork-OR1 training scripts)."))
-    betas: tuple[float, float] = _f((0.9, 0.999), (
-        "AdamW (beta1, beta2), each in [0, 1). Default (0.9, 0.999) as released."))
-    eps: float = _f(1e-8, (
-        "AdamW epsilon added to sqrt(v), > 0. Default 1e-8 (torch's and verl's default). Tests "
-        "raise it to make the step linear in the gradient, which exposes gradient-scale bugs "
-        "that Adam's scale invariance would hide."))
-    weight_decay: float = _f(0.01, (
-        "AdamW decoupled weight decay (p -= lr * wd * p per step), >= 0. Default 0.01 as "
-        "released."))
-    grad_clip: float = _f(1.0, (
-        "Max global L2 norm of the gradient before each optimizer step, >= 0; 0 disables "
-        "clipping (DeepSpeed's convention). Default 1.0 as released. The reported grad_norm is "
-        "the norm BEFORE clipping."))
-    dtype: DType = _f("float32", (
-        "Compute dtype. 'float32' (default: exact, the CPU choice) or 'bfloat16' (GPU "
-        "production). Master weights and optimizer states stay float32 either way: lr 1e-6 "
-        "updates vanish in bf16 weights. torch backend: bf16 autocast over float32 weights; "
-        "deepspeed: its bf16 mode (bf16 weights, fp32 master copy in the optimizer)."))
-    gradient_checkpointing: bool = _f(False, (
-        "Recompute each decoder layer's activations in backward (HF gradient checkpointing, "
-        "non-reentrant). Default False; turn on for long contexts (16K/32K stages) to trade "
-        "~30% compute for activation memory."))
-    entropy_chunk_size: int = _f(1024, (
-        "Token positions per chunk when computing log-softmax statistics and the full-vocabulary "
-        "entropy, >= 1. Default 1024: bounds the float32 working set to chunk x vocab "
-        "(about 600 MB for a 152K vocabulary) instead of a [b, L, V] float32 copy."))
-    keep_reference: bool = _f(False, (
-        "Keep a frozen copy of the initial weights (after any warm start) as the reference "
-        "policy of the KL loss, and compute its log-probs on every micro-batch of the update. "
-        "Default False; `trainer run` sets it from magic.kl_coef > 0. Memory: one more copy of "
-        "the weights per rank, parameters x 4 bytes (float32; 2 in DeepSpeed's bf16 mode), "
-        "divided over the ranks under ZeRO-3, which shards it like the policy (e.g. 7B in bf16: "
-        "about 14 GiB on one rank, 1.8 GiB per rank over 8); checked against "
-        "reference_memory_gib before anything is loaded (trainer/backends/reference.py)."))
-    reference_memory_gib: float | None = _f(None, (
-        "Memory the KL reference copy may use on one rank, GiB, > 0. Default None: the free "
-        "memory at start-up (the CUDA device's, else the host's MemAvailable). A reference that "
-        "needs more is refused before loading, with the numbers."))
-    seed: int = _f(0, (
-        "Seed for torch's RNG at backend construction, >= 0. Default 0. The MAGIC update itself "
-        "is deterministic (no dropout in Qwen2); the seed pins any stochastic layer a model "
-        "might have so runs are reproducible."))
+    kind: BackendKind = "torch"
+    """Which backend: 'torch' (one process, plain torch AdamW) or 'deepspeed' (ZeRO, data parallel
+    under the deepspeed/torchrun launcher). Default 'torch': the CPU demo and most tests need
+    no process group."""
+    zero_stage: ZeroStage = 0
+    """DeepSpeed ZeRO stage 0-3 (0: plain data parallel, 1: optimizer states sharded, 2: +
+    gradients, 3: + parameters). Default 0. Only meaningful with kind='deepspeed'."""
+    lr: float = 1e-6
+    """AdamW learning rate, constant (no schedule, no warm-up), > 0. Default 1e-6 as released
+    (docs/magic.md, Skywork-OR1 training scripts)."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW (beta1, beta2), each in [0, 1). Default (0.9, 0.999) as released."""
+    eps: float = 1e-8
+    """AdamW epsilon added to sqrt(v), > 0. Default 1e-8 (torch's and verl's default). Tests raise
+    it to make the step linear in the gradient, which exposes gradient-scale bugs that Adam's
+    scale invariance would hide."""
+    weight_decay: float = 0.01
+    """AdamW decoupled weight decay (p -= lr * wd * p per step), >= 0. Default 0.01 as released."""
+    grad_clip: float = 1.0
+    """Max global L2 norm of the gradient before each optimizer step, >= 0; 0 disables clipping
+    (DeepSpeed's convention). Default 1.0 as released. The reported grad_norm is the norm
+    BEFORE clipping."""
+    dtype: DType = "float32"
+    """Compute dtype. 'float32' (default: exact, the CPU choice) or 'bfloat16' (GPU production).
+    Master weights and optimizer states stay float32 either way: lr 1e-6 updates vanish in
+    bf16 weights. torch backend: bf16 autocast over float32 weights; deepspeed: its bf16 mode
+    (bf16 weights, fp32 master copy in the optimizer)."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in backward (HF gradient checkpointing,
+    non-reentrant). Default False; turn on for long contexts (16K/32K stages) to trade ~30%
+    compute for activation memory."""
+    entropy_chunk_size: int = 1024
+    """Token positions per chunk when computing log-softmax statistics and the full-vocabulary
+    entropy, >= 1. Default 1024: bounds the float32 working set to chunk x vocab (about 600
+    MB for a 152K vocabulary) instead of a [b, L, V] float32 copy."""
+    keep_reference: bool = False
+    """Keep a frozen copy of the initial weights (after any warm start) as the reference policy of
+    the KL loss, and compute its log-probs on every micro-batch of the update. Default False;
+    `trainer run` sets it from magic.kl_coef > 0. Memory: one more copy of the weights per
+    rank, parameters x 4 bytes (float32; 2 in DeepSpeed's bf16 mode), divided over the ranks
+    under ZeRO-3, which shards it like the policy (e.g. 7B in bf16: about 14 GiB on one rank,
+    1.8 GiB per rank over 8); checked against reference_memory_gib before anything is loaded
+    (trainer/backends/reference.py)."""
+    reference_memory_gib: float | None = None
+    """Memory the KL reference copy may use on one rank, GiB, > 0. Default None: the free memory at
+    start-up (the CUDA device's, else the host's MemAvailable). A reference that needs more
+    is refused before loading, with the numbers."""
+    seed: int = 0
+    """Seed for torch's RNG at backend construction, >= 0. Default 0. The MAGIC update itself is
+    deterministic (no dropout in Qwen2); the seed pins any stochastic layer a model might
+    have so runs are reproducible."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
@@ -134,26 +131,6 @@ class BackendConfig:
              f"seed must be an int >= 0, got {self.seed!r}")
 
 
-def check_model_path(model_path: str | Path) -> Path:
-    """The checkpoint directory, checked before anything heavy is imported or loaded.
-
-    Raises ``trainer.hf_utils.CheckpointError`` (a ValueError) when the path does not exist, is
-    not a directory, or has no ``config.json`` (not a Hugging Face checkpoint).
-    """
-    from ..hf_utils import CheckpointError
-
-    path = Path(model_path)
-    if not path.exists():
-        raise CheckpointError(f"model path {str(model_path)!r} does not exist")
-    if not path.is_dir():
-        raise CheckpointError(f"model path {str(model_path)!r} is not a directory; expected a "
-                              "Hugging Face checkpoint directory (config.json + safetensors)")
-    if not (path / "config.json").is_file():
-        raise CheckpointError(f"model path {str(model_path)!r} has no config.json; expected a "
-                              "Hugging Face checkpoint directory")
-    return path
-
-
 def create_backend(config: BackendConfig, model_path: str | Path,
                    reference_path: str | Path | None = None) -> TrainingBackend:
     """Build the backend ``config.kind`` names on the checkpoint at ``model_path``.
@@ -167,9 +144,11 @@ def create_backend(config: BackendConfig, model_path: str | Path,
     path = check_model_path(model_path)
     ref = check_model_path(reference_path) if reference_path is not None else None
     if config.kind == "torch":
+        # lazy: keeps this config module free of torch (and of deepspeed unless asked for)
         from .torch_backend import TorchBackend
 
         return TorchBackend(config, path, reference_path=ref)
+    # lazy: keeps this config module free of torch (and of deepspeed unless asked for)
     from .deepspeed_backend import DeepSpeedBackend
 
     return DeepSpeedBackend(config, path, reference_path=ref)

@@ -2,7 +2,7 @@
 
 - :func:`token_stats`: one micro-batch through a causal LM -> target-token log-probs ``[b, T]``
   and, when asked, the full-distribution entropy ``[b, T]`` (``T = L - 1``), memory-aware.
-- :class:`PolicyBackendBase`: ``logprobs`` and ``update`` (DESIGN.md 4 "Policy loss": one
+- :class:`PolicyBackendBase`: ``logprobs`` and ``update`` (docs/magic.md "Policy loss": one
   optimizer step per mini-batch, every micro-batch divided by the mini-batch's GLOBAL response
   token count). Subclasses supply the forward call, the backward call, the optimizer step and
   the collectives; so TorchBackend and DeepSpeedBackend compute the same loss by construction.
@@ -20,13 +20,16 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
+from transformers import AutoModelForCausalLM
 
 from .. import magic
 from ..hf_utils import CheckpointError
 from ..interfaces import LossSettings, TokenBatch, UpdatePlan
 from . import BackendConfig
 
-EntropyMode = Literal["none", "detached", "grad"]
+EntropyGrad = Literal["none", "detached", "grad"]
+"""How a forward pass computes the entropy: not at all, detached (a metric), or with its
+gradient (the entropy bonus is in the loss). Not MAGIC's entropy_mode (the controller's)."""
 ForwardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 #: The metric keys ``update`` always returns (``TrainingBackend.update`` docstring), besides
@@ -47,7 +50,6 @@ _GLOBAL_METRICS = ("grad_norm", "grad_norm/max", "lr", "optimizer_steps")
 def load_causal_lm(path: str | Path, dtype: torch.dtype = torch.float32) -> Any:
     """``AutoModelForCausalLM`` from a local HF checkpoint in ``dtype`` (explicit: transformers
     5 would otherwise load the checkpoint's own dtype), with the KV cache off (training)."""
-    from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     model.config.use_cache = False
@@ -115,7 +117,7 @@ def target_logprobs(logits: torch.Tensor, targets: torch.Tensor,
                     chunk_size: int = 1024) -> torch.Tensor:
     """log softmax(logits)[target] at every position, without a [.., V] log-softmax copy.
 
-    Rule: ``log pi(t) = x_t - logsumexp(x)`` (the log-prob the PPO ratio needs, DESIGN.md 4).
+    Rule: ``log pi(t) = x_t - logsumexp(x)`` (the log-prob the PPO ratio needs, docs/magic.md).
     Memory: positions are processed ``chunk_size`` at a time and only one chunk is upcast to
     float32; when the logits are lower precision and grad is needed, each chunk is
     checkpointed so that backward does not keep every chunk's float32 copy alive.
@@ -154,7 +156,7 @@ def used_length(attention_mask: torch.Tensor) -> int:
 
 
 def token_stats(forward: ForwardFn, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
-                entropy: EntropyMode = "none", chunk_size: int = 1024,
+                entropy: EntropyGrad = "none", chunk_size: int = 1024,
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One micro-batch through the model: per-target log-probs and (optionally) entropy.
 
@@ -298,7 +300,7 @@ class PolicyBackendBase:
                ref_logprobs: torch.Tensor | None = None) -> dict[str, float]:
         """Apply ``plan`` (see ``TrainingBackend.update``): per mini-batch, accumulate the
         gradients of ``magic_loss`` over micro-batches, each divided by the mini-batch's global
-        token count (DESIGN.md 4 split invariance), then one clipped optimizer step.
+        token count (docs/magic.md split invariance), then one clipped optimizer step.
 
         Metrics are token means over every response token processed (all ranks), so
         ``entropy`` is the token-mean full-distribution entropy of the batch's responses, the
@@ -372,7 +374,7 @@ class PolicyBackendBase:
         mask = batch.response_mask[idx].to(dev)  # [b, L-1]
         if not real:
             mask = torch.zeros_like(mask)
-        entropy_mode: EntropyMode = "grad" if loss.entropy_coef != 0 else "detached"
+        entropy_mode: EntropyGrad = "grad" if loss.entropy_coef != 0 else "detached"
         lp, ent = token_stats(self._forward_logits, ids, attn, entropy=entropy_mode,
                               chunk_size=self.config.entropy_chunk_size)  # [b, L-1] x2
         if ref_logprobs is not None:
@@ -464,6 +466,6 @@ class PolicyBackendBase:
 
 
 def adamw_kwargs(config: BackendConfig) -> dict[str, Any]:
-    """DESIGN.md 4 optimizer row: AdamW, constant lr, betas, eps, decoupled weight decay."""
+    """docs/magic.md optimizer row: AdamW, constant lr, betas, eps, decoupled weight decay."""
     return {"lr": config.lr, "betas": tuple(config.betas), "eps": config.eps,
             "weight_decay": config.weight_decay}

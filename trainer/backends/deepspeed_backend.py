@@ -6,7 +6,7 @@ vars MASTER_ADDR/PORT, RANK, WORLD_SIZE, LOCAL_RANK), which :meth:`DeepSpeedBack
 tears down again. On a machine without GPUs DeepSpeed falls back to its CPU accelerator and the
 gloo backend (``DS_ACCELERATOR=cpu`` forces it).
 
-Loss scaling and accumulation (how the global-token-count rule of DESIGN.md 4 is kept exact):
+Loss scaling and accumulation (how the global-token-count rule of docs/magic.md is kept exact):
 the DeepSpeed config says ``gradient_accumulation_steps = 1``, so ``engine.backward`` does not
 rescale the loss (``engine_loss_divisor = 1``), and the backend owns the accumulation boundary:
 before every micro-batch it calls ``engine.set_gradient_accumulation_boundary(last)``, and after
@@ -35,7 +35,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import deepspeed
 import torch
+from deepspeed.accelerator import get_accelerator
 
 from ..hf_utils import CheckpointError
 from . import BackendConfig, check_model_path
@@ -69,8 +71,6 @@ def ensure_distributed() -> bool:
     this call created a world of 1 (no launcher env vars: MASTER_ADDR=127.0.0.1, a free
     MASTER_PORT, RANK=0, WORLD_SIZE=1, LOCAL_RANK=0). DeepSpeed needs these env vars (its
     engine reads LOCAL_RANK) and would otherwise try MPI discovery."""
-    import deepspeed
-    from deepspeed.accelerator import get_accelerator
 
     if torch.distributed.is_initialized():
         deepspeed.init_distributed(dist_backend=get_accelerator().communication_backend_name())
@@ -100,7 +100,6 @@ def _acquire_world() -> bool:
 
 def _release_owned_world() -> None:
     """Destroy the world of 1 created by :func:`ensure_distributed` and restore the env."""
-    import deepspeed
 
     if torch.distributed.is_initialized():
         deepspeed.comm.destroy_process_group()
@@ -150,8 +149,6 @@ class DeepSpeedBackend(PolicyBackendBase):
         if config.kind != "deepspeed":
             raise ValueError(f"DeepSpeedBackend needs config.kind='deepspeed', got "
                              f"{config.kind!r}")
-        import deepspeed
-        from deepspeed.accelerator import get_accelerator
 
         self.config = config
         self._owns_world = _acquire_world()
@@ -192,7 +189,6 @@ class DeepSpeedBackend(PolicyBackendBase):
         over the ranks exactly as the policy's are and gathered layer by layer in forward;
         under ZeRO 0-2 (which shard only optimizer states and gradients, which a frozen model
         has none of) a plain module on the device, in the engine's dtype (bf16 in bf16 mode)."""
-        import deepspeed
 
         dtype = torch.bfloat16 if self.config.dtype == "bfloat16" else torch.float32
         if self.config.zero_stage == 3:
@@ -278,7 +274,6 @@ class DeepSpeedBackend(PolicyBackendBase):
         point: EVERY rank must iterate the generator to the end, in the same order, or the
         gather deadlocks. Other stages hold full parameters on every rank (no communication).
         """
-        import deepspeed
 
         for name, param in self.module.named_parameters():
             if hasattr(param, "ds_id"):  # a ZeRO-3 partitioned parameter

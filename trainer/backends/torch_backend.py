@@ -30,7 +30,7 @@ _FORMAT = "trainer.backends.torch/1"
 
 
 class TorchBackend(PolicyBackendBase):
-    """One process: float32 master weights, AdamW exactly per DESIGN.md 4 (constant lr,
+    """One process: float32 master weights, AdamW exactly per docs/magic.md (constant lr,
     betas, eps, decoupled weight decay on every parameter, global grad-norm clipping). With
     ``config.keep_reference``, a frozen float32 copy of ``reference_path`` (default: the
     starting weights) is the KL reference policy.

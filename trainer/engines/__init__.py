@@ -7,11 +7,12 @@ this module imports neither torch nor vLLM until an engine is created, so config
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from trainer.hf_utils import CheckpointError
+from trainer.hf_utils import check_model_path
 
 if TYPE_CHECKING:
     from trainer.interfaces import RolloutEngine, SamplingParams
@@ -33,7 +34,7 @@ class EngineConfig:
     chunk_size: int = 8
     """Prompts per chunk, count, >= 1. Default 8. ``generate`` hands each chunk's completions to
     ``on_done`` as soon as the chunk is finished, so the verifier scores them while generation
-    goes on (DESIGN.md 4: verification must overlap generation). HF generates chunk by chunk
+    goes on (docs/magic.md: verification must overlap generation). HF generates chunk by chunk
     (chunk_size x n rows in one batch); vLLM schedules all prompts at once and reports every
     chunk_size finished prompts. Smaller = earlier first rewards; larger = bigger HF batches."""
     dtype: str = "auto"
@@ -100,17 +101,6 @@ class EngineConfig:
                              f"got {self.dtype!r}")
 
 
-def check_model_path(model_path: str | Path) -> Path:
-    """The checkpoint directory, or CheckpointError before anything heavy is loaded."""
-    p = Path(model_path)
-    if not p.exists():
-        raise CheckpointError(f"model path {str(model_path)!r} does not exist")
-    if not (p / "config.json").is_file():
-        raise CheckpointError(f"model path {str(model_path)!r} has no config.json: not a "
-                              "Hugging Face checkpoint directory")
-    return p
-
-
 def create_engine(config: EngineConfig, model_path: str | Path, tokenizer: Any) -> RolloutEngine:
     """Build the engine ``config.kind`` names on the checkpoint at ``model_path``.
 
@@ -121,10 +111,12 @@ def create_engine(config: EngineConfig, model_path: str | Path, tokenizer: Any) 
     """
     path = check_model_path(model_path)
     if config.kind == "hf":
+        # lazy: keeps this config module free of torch (and of vllm unless asked for)
         from trainer.engines.hf_engine import HFEngine
 
         return HFEngine(path, tokenizer, config)
     if config.kind == "vllm":
+        # lazy: keeps this config module free of torch (and of vllm unless asked for)
         from trainer.engines.vllm_engine import VLLMEngine
 
         return VLLMEngine(path, tokenizer, config)
@@ -135,7 +127,6 @@ def eos_token_ids(tokenizer: Any, model_path: Path | None = None) -> list[int]:
     """Token ids that end a response: the tokenizer's EOS plus the checkpoint's
     ``generation_config.json`` eos ids (Qwen chat models list both <|im_end|> and
     <|endoftext|>). Raises EngineError when there is none."""
-    import json
 
     ids: list[int] = []
     if getattr(tokenizer, "eos_token_id", None) is not None:

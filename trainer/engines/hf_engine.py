@@ -1,5 +1,5 @@
 """Rollouts with Hugging Face ``generate``: the fast engine on CPU for tiny models (the demo
-and most tests; DESIGN.md 7 measured it ~30x faster than vLLM's CPU backend there).
+and most tests; docs/machines.md measured it ~30x faster than vLLM's CPU backend there).
 
 The engine keeps its own copy of the model (the trainer's copy has grads and an optimizer);
 the loop pushes the trainer's weights into it after every update with ``load_weights``.
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
+from transformers import AutoModelForCausalLM, GenerationConfig
 
 from trainer.engines import EngineConfig, EngineError, check_sampling_params, eos_token_ids
 from trainer.interfaces import Completion, SamplingParams
@@ -28,8 +29,6 @@ class HFEngine:
 
     def __init__(self, model_path: str | Path, tokenizer: Any,
                  config: EngineConfig | None = None) -> None:
-        from transformers import AutoModelForCausalLM, GenerationConfig
-
         self.config = config or EngineConfig()
         self.model_path = Path(model_path)
         self.tokenizer = tokenizer
@@ -44,7 +43,7 @@ class HFEngine:
         self.pad_id = int(pad) if pad is not None else self.eos_ids[0]
         # Replace the checkpoint's generation defaults (Qwen ships top_k=20, top_p=0.8,
         # repetition_penalty=1.05, ...): generate() fills every unset knob from them, and
-        # rollouts must follow SamplingParams exactly (DESIGN.md 4: 1.0 / 1.0 / -1).
+        # rollouts must follow SamplingParams exactly (docs/magic.md: 1.0 / 1.0 / -1).
         self.model.generation_config = GenerationConfig(
             eos_token_id=self.eos_ids, pad_token_id=self.pad_id, bos_token_id=None)
         # Names the trainer may send: the full state dict (includes a tied lm_head.weight).

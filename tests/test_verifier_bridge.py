@@ -1,4 +1,4 @@
-"""trainer/rewards.py: the verifier client that runs in a child process, against a real
+"""trainer/verifier_bridge.py: the verifier client that runs in a child process, against a real
 verifier (a gRPC server on port 0, or `verifier serve` as a process for the failure cases)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ServerProcess, math_item
-from trainer.rewards import RewardClient, RewardError
+from trainer.verifier_bridge import RewardClient, RewardError
 from verifier.client import ClientConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,7 +143,7 @@ def test_a_killed_client_process_fails_the_step_and_is_replaced(rclient) -> None
 
 
 def test_the_client_process_does_not_outlive_a_killed_trainer(server) -> None:
-    code = ("import os, signal, sys; from trainer.rewards import RewardClient; "
+    code = ("import os, signal, sys; from trainer.verifier_bridge import RewardClient; "
             f"c = RewardClient({server[1]!r}); print(c._proc.pid, flush=True); "
             "os.kill(os.getpid(), signal.SIGKILL)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
@@ -187,7 +187,7 @@ def test_a_stream_of_a_replaced_process_fails_without_harming_the_new_one(rclien
 
 
 def test_a_frozen_client_process_fails_submit_at_the_send_deadline(server, monkeypatch) -> None:
-    import trainer.rewards as rewards
+    import trainer.verifier_bridge as rewards
 
     monkeypatch.setattr(rewards, "SEND_TIMEOUT_S", 1.0)
     client = RewardClient(server[1])

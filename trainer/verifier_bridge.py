@@ -1,9 +1,9 @@
 """Streamed verification: completions go to the verifier as soon as each generation chunk
-finishes, and rewards come back while generation continues (DESIGN.md 4: rollout dominates step
+finishes, and rewards come back while generation continues (docs/magic.md: rollout dominates step
 time, so verification must overlap it).
 
 ``RewardClient`` is the trainer's connection to the verifier. It runs a
-``verifier.client.VerifierClient`` in a child process (``python -m trainer.rewards``), and one
+``verifier.client.VerifierClient`` in a child process (``python -m trainer.verifier_bridge``), and one
 ``RewardStream`` per step (or evaluation pass) talks to it: ``submit`` is called from the
 engine's ``on_done`` hook on the generating thread and only pickles the chunk onto a socket;
 ``wait`` ends the stream and returns every result, with how long it waited.
@@ -45,7 +45,9 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from verifier.client import ClientConfig, VerifierClient
 from verifier.items import Result, Status
+from verifier.local import LocalVerifier
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +101,6 @@ class RewardClient:
     ``RewardStream``; the streams it served fail loudly."""
 
     def __init__(self, address: str, config: Any = None, connect_timeout_s: float = 30.0):
-        from verifier.client import ClientConfig
-
         self.address = address
         self.config = config if config is not None else ClientConfig()
         self.connect_timeout_s = connect_timeout_s
@@ -126,7 +126,7 @@ class RewardClient:
             [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-P", "-m", "trainer.rewards", str(child_sock.fileno())],
+                [sys.executable, "-P", "-m", "trainer.verifier_bridge", str(child_sock.fileno())],
                 pass_fds=[child_sock.fileno()], env=env, start_new_session=True)
         finally:
             child_sock.close()
@@ -319,6 +319,54 @@ def check_verdicts(results: dict[str, Result]) -> None:
         raise RewardError(f"{len(bad)} responses could not be judged: {examples}")
 
 
+class verifier_connection:  # noqa: N801 - a context manager used like a function
+    """A connected RewardClient: to ``addr``, or to a local ``verifier serve`` child started
+    for the job and stopped after (docs/contracts.md 2). The one way ``trainer run``, ``trainer
+    eval`` and ``trainer filter`` reach a verifier. ``config``: the ClientConfig (None: one for
+    an evaluation, a single long stream with a day's deadline)."""
+
+    def __init__(self, addr: str | None, workers: int = 2, connect_timeout_s: float = 60.0,
+                 config: ClientConfig | None = None):
+        self.addr, self.workers, self.connect_timeout_s = addr, workers, connect_timeout_s
+        # An evaluation is one long stream: allow far more than the library default.
+        self.config = config if config is not None else ClientConfig(timeout_s=24 * 3600.0)
+        self.local: LocalVerifier | None = None
+        self.client: RewardClient | None = None
+
+    def __enter__(self) -> RewardClient:
+        addr = self.addr
+        if addr is None:
+            self.local = LocalVerifier(workers=self.workers)
+            addr = self.local.address
+            if self.local.sandbox_problem:
+                log.warning("the local verifier's sandbox is unavailable; code items will get "
+                            "SANDBOX_ERROR: %s", self.local.sandbox_problem)
+        try:
+            self.client = RewardClient(addr, self.config, connect_timeout_s=self.connect_timeout_s)
+        except RewardError:
+            self.__exit__(None, None, None)
+            raise
+        return self.client
+
+    def explain(self, error: RewardError) -> RewardError:
+        """The error, with the local verifier's exit status and last output lines when it is
+        the one that died (its output is otherwise only in memory)."""
+        v = self.local
+        if v is None or v.proc.poll() is None:
+            return error
+        tail = "".join(list(v.lines)[-20:])
+        return RewardError(f"{error}; the local verifier exited with status "
+                           f"{v.proc.returncode}, its last output:\n{tail}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        if self.local is not None:
+            self.local.stop()
+            self.local = None
+
+
 # ---------------------------------------------------------------------------------------------
 # The child process
 # ---------------------------------------------------------------------------------------------
@@ -370,8 +418,6 @@ class _ChildStream:
 
 
 def _child_main(fd: int) -> None:
-    from verifier.client import VerifierClient
-
     sock = socket.socket(fileno=fd)
     lock = threading.Lock()
 

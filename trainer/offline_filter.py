@@ -1,4 +1,4 @@
-"""Offline difficulty filtering (``trainer filter``, DESIGN.md 4): sample k responses per problem
+"""Offline difficulty filtering (``trainer filter``, docs/magic.md): sample k responses per problem
 with the rollout engine, score them through the verifier, write every row back with its pass
 count, and keep the problems solved in [lo, hi] of k (the report's released filter: 1..15 of
 16, with the base model).
@@ -35,9 +35,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from trainer.data import (DEFAULT_SUFFIX, LoadResult, Problem, load_dataset, model_difficulty,
-                          row_format)
+from trainer.data import (
+    DEFAULT_SUFFIX,
+    LoadResult,
+    Problem,
+    load_dataset,
+    model_difficulty,
+    row_format,
+)
+from trainer.evaluation import generate_and_score
 from trainer.interfaces import RolloutEngine, SamplingParams
+from verifier.evaluate import ERROR_STATUSES
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +66,7 @@ class FilterOptions:
     lo: int = 1
     hi: int = 15
     temperature: float = 1.0
-    """The rollout temperature of training (DESIGN.md 4): the filter measures how the policy
+    """The rollout temperature of training (docs/magic.md): the filter measures how the policy
     will see each problem."""
     top_p: float = 1.0
     top_k: int = -1
@@ -202,8 +210,6 @@ def score_problems(opts: FilterOptions, loaded: LoadResult, engine: RolloutEngin
                    ) -> tuple[dict[int, int], list[int], int]:
     """Pass counts by row index for every usable row, generating only the batches the
     progress file lacks. Returns (pass counts, batches run now, errors counted as incorrect)."""
-    from trainer.evaluation import generate_and_score
-    from verifier.evaluate import ERROR_STATUSES
 
     usable = [(r.index, r.problem) for r in loaded.rows if r.problem is not None]
     batches = [usable[i:i + opts.batch_size] for i in range(0, len(usable), opts.batch_size)]
@@ -305,8 +311,8 @@ def _write_parquet(src: Path, dst: Path, counts: dict[int, int | None], k: int,
                    key: str | None, keep: Callable[[int | None], bool] | None) -> int:
     """The input table with ``pass_count``/``pass_k`` columns (replaced if present) and, for verl
     rows, ``extra_info.model_difficulty[key]``; the other columns are kept as they were."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # lazy: optional: parquet files only
+    import pyarrow.parquet as pq  # lazy: optional: parquet files only
 
     table = pq.read_table(src)
     n = table.num_rows
