@@ -408,6 +408,7 @@ def build(engine: Engine, dockerfile: str, tag: str, buildargs: dict[str, str],
     lines: list[str] = []
     made: list[str] = []
     error = None
+    previous = client.images.get(tag).id if has_image(client, tag) else None
     ctx = build_context(dockerfile, root)
     try:
         for chunk in client.api.build(
@@ -435,6 +436,13 @@ def build(engine: Engine, dockerfile: str, tag: str, buildargs: dict[str, str],
                           f"last lines of the build:\n{tail(chr(10).join(lines))}")
     took = time.monotonic() - t0
     log(f"built {tag} in {took:.0f} s")
+    if previous is not None and client.images.get(tag).id != previous:
+        # The image this build replaced is untagged now: without this, every code change would
+        # leave one more (hundreds of MB) in the persistent data root.
+        try:
+            client.images.remove(previous)
+        except docker.errors.APIError as e:  # still used by a container: it stays, said so
+            log(f"previous {tag} ({previous[:19]}) kept: {e.explanation}")
     return took
 
 
