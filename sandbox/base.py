@@ -31,7 +31,6 @@ __all__ = [
     "SandboxUnavailable",
     "StdoutHook",
     "check_file_name",
-    "UnavailableSandbox",
 ]
 
 RunStatus = Literal["ok", "timeout", "memory", "output_limit", "signal", "stopped", "error"]
@@ -142,28 +141,6 @@ class Sandbox(Protocol):
     def describe(self) -> str:
         """One line: what this sandbox enforces here (for the start-up log)."""
         ...
-
-
-class UnavailableSandbox:
-    """Stands in when no sandbox works here: every run fails with the self-test's reason, so the
-    verifier keeps serving math and refuses code items with SANDBOX_ERROR (never runs them
-    unsandboxed)."""
-
-    name = "unavailable"
-    python = "python3"
-    isolated = True
-
-    def __init__(self, reason: str) -> None:
-        self.unavailable_reason = reason
-
-    def describe(self) -> str:
-        return f"no sandbox: {self.unavailable_reason}"
-
-    def self_test(self) -> None:
-        raise SandboxUnavailable(self.unavailable_reason)
-
-    def run(self, argv, *, stdin=b"", files={}, limits=None, on_stdout=None) -> RunResult:
-        return RunResult("error", detail=f"no sandbox: {self.unavailable_reason}")
 
 
 _SAFE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/")

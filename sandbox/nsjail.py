@@ -152,7 +152,6 @@ class NsjailSandbox:
         self._files_dir: str | None = None
         self._files_cache: dict[str, str] = {}
         self._finalizer: weakref.finalize | None = None
-        self._tested = False
         prefix = self._python_prefix()
         if prefix:
             self._host_ro.append(prefix)
@@ -258,7 +257,6 @@ class NsjailSandbox:
         if problems:
             raise SandboxUnavailable("nsjail policy not in force: " + "; ".join(problems))
         self._probe_cgroups()
-        self._tested = True
         log.info("sandbox self-test passed: %s", self.describe())
 
     def run(

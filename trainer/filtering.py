@@ -203,7 +203,7 @@ def score_problems(opts: FilterOptions, loaded: LoadResult, engine: RolloutEngin
     """Pass counts by row index for every usable row, generating only the batches the
     progress file lacks. Returns (pass counts, batches run now, errors counted as incorrect)."""
     from trainer.evaluation import generate_and_score
-    from verifier.evaluate import ERROR_STATUSES
+    from verifier.items import NOT_A_VERDICT as ERROR_STATUSES
 
     usable = [(r.index, r.problem) for r in loaded.rows if r.problem is not None]
     batches = [usable[i:i + opts.batch_size] for i in range(0, len(usable), opts.batch_size)]

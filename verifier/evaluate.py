@@ -41,15 +41,13 @@ from rich.table import Table
 
 from verifier.client import ClientConfig
 from verifier.generations import Generation, read_generations_file
-from verifier.items import Item, Limits, Result, Status, VerifierError, item_from_dict
+from verifier.items import (NOT_A_VERDICT, Item, Limits, Result, Status, VerifierError,
+                            item_from_dict)
 from verifier.lcb import LCB_REPORT_WINDOW, LcbQuestion
 from verifier.problems import DataError, Loaded, ProblemRow, load_rows
 from verifier.scoring import ScoringConfig
 
 log = logging.getLogger(__name__)
-
-ERROR_STATUSES = (Status.INVALID_INPUT, Status.SANDBOX_ERROR, Status.INTERNAL_ERROR)
-"""Verdicts that say "this response could not be scored", not "this response is wrong"."""
 
 NO_SOURCE = "-"
 """The ``by_source`` key of problems without a ``data_source``."""
@@ -315,7 +313,7 @@ def _group_summary(problems: Sequence[Problem], results: dict[str, Result], k: i
         "n_problems": len(problems),
         "n_responses": sum(len(v) for v in verdicts),
         **metrics(verdicts, k),
-        "errors": {s.value: statuses[s.value] for s in ERROR_STATUSES if statuses[s.value]},
+        "errors": {s.value: statuses[s.value] for s in NOT_A_VERDICT if statuses[s.value]},
         "statuses": dict(sorted(statuses.items())),
     }
 
@@ -362,7 +360,7 @@ def error_message(
     """None when every response was scored; else a message with counts per error status and
     the first few failing responses."""
     failed = [(p, j, results[p.wire_id(j)]) for p in problems for j in range(len(p.responses))
-              if results[p.wire_id(j)].status in ERROR_STATUSES]
+              if results[p.wire_id(j)].status in NOT_A_VERDICT]
     if not failed:
         return None
     counts = Counter(r.status.value for _, _, r in failed)

@@ -85,8 +85,7 @@ class ServerMetrics:
         self._http: Any = None
 
     def attach_scorer(self, scorer: Any) -> None:
-        works = (scorer.sandbox is not None and scorer.sandbox_problem is None
-                 and not getattr(scorer.sandbox, "unavailable_reason", None))
+        works = scorer.sandbox is not None and scorer.sandbox_problem is None
         self.sandbox_up.set(1 if works else 0)
         self.registry.register(_Restarts(lambda: scorer.worker_restarts))
 

@@ -13,17 +13,15 @@ import threading
 import time
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable
 
+from sandbox import SandboxKind, SandboxUnavailable, create_sandbox
 from verifier.items import Item, Limits, Outcome, Result, Status, VerifierError, validate_item
 from verifier.math_score import quick_verdict
 from verifier.pool import DeadlineExceeded, DeadlinePool, TaskFailed, WorkerDied
 from verifier.profiles import Profile, ProfileName, get_profile
 
 log = logging.getLogger(__name__)
-
-SandboxKind = Literal["nsjail", "docker", "unsafe-none"]
-
 
 @dataclass
 class ScoringConfig:
@@ -275,12 +273,7 @@ def open_sandbox(kind: SandboxKind) -> tuple[Any | None, str | None]:
     ``(None, why)``: with no working sandbox the service still scores math and answers every
     code item with SANDBOX_ERROR naming the reason (never an unsandboxed run)."""
     try:
-        from sandbox import SandboxUnavailable, create_sandbox
-    except ImportError as e:
-        return None, f"sandbox package unavailable: {e}"
-    try:
-        sb = create_sandbox(kind)
-        sb.self_test()
+        sb = create_sandbox(kind)  # runs the self-test, once
     except SandboxUnavailable as e:
         log.error("sandbox self-test failed; code items will get SANDBOX_ERROR",
                   extra={"sandbox": kind, "reason": str(e)})
