@@ -26,7 +26,7 @@ log = logging.getLogger("trainer")
 
 
 def _setup_logging() -> None:
-    from verifier.cli import setup_logging
+    from verifier.logs import setup_logging
 
     setup_logging("text")
     try:  # transformers' per-file progress bars drown the run's own output

@@ -23,6 +23,7 @@ from verifier.client import ClientConfig
 from verifier.evaluate import EvalConfig, print_report, run_eval
 from verifier.items import (Item, Limits, Outcome, Result, Status, VerifierError, invalid,
                             item_from_dict)
+from verifier.logs import setup_logging
 from verifier.scoring import ScoringConfig
 from verifier.server import ServeConfig, serve
 
@@ -59,19 +60,6 @@ class HealthConfig:
     """Seconds to wait for the answer."""
     client: ClientConfig = field(default_factory=ClientConfig)
     log_format: Literal["json", "text"] = "text"
-
-
-def setup_logging(fmt: str, level: int = logging.INFO) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        from pythonjsonlogger.json import JsonFormatter
-
-        handler.setFormatter(JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
 
 
 def read_items(path: Path) -> Iterator[Item | tuple[str, Outcome]]:

@@ -41,8 +41,7 @@ from rich.table import Table
 
 from verifier.client import ClientConfig
 from verifier.generations import Generation, read_generations_file
-from verifier.items import (NOT_A_VERDICT, Item, Limits, Result, Status, VerifierError,
-                            item_from_dict)
+from verifier.items import NOT_A_VERDICT, Item, Limits, Result, VerifierError, item_from_dict
 from verifier.lcb import LCB_REPORT_WINDOW, LcbQuestion
 from verifier.problems import DataError, Loaded, ProblemRow, load_rows
 from verifier.scoring import ScoringConfig

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generic, Literal, Sequence, TypeVar
 
-from verifier.code_score import BadGroundTruth, parse_ground_truth
+from verifier.ground_truth import BadGroundTruth, parse_ground_truth
 from verifier.lcb import (LCB_DATA_SOURCE, LCB_REPORT_WINDOW, LcbQuestion, in_window,
                           is_lcb_row, parse_lcb_row)
 
