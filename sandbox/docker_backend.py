@@ -27,8 +27,8 @@ from typing import Any
 
 from .base import (
     RunResult, SandboxLimits, SandboxUnavailable, StdoutHook, ceil_s, check_file_name,
-    append_capped,
 )
+from .process import append_capped
 
 _BOOT = (
     "import os,sys,tarfile,io\n"

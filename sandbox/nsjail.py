@@ -43,8 +43,8 @@ from .base import (
     StdoutHook,
     ceil_s,
     check_file_name,
-    run_process,
 )
+from .process import run_process
 
 log = logging.getLogger(__name__)
 
