@@ -11,9 +11,9 @@ import pytest
 from sandbox.nsjail import NsjailSandbox
 from tests.conftest_sandbox import (SUM_GT, SUM_OK, nsjail_sandbox, refuse_sandbox,  # noqa: F401
                                     respond)
-from verifier.code_score import score_code, values_match
+from verifier.code_score import score_code
 from verifier.ground_truth import BadGroundTruth, parse_ground_truth
-from verifier.output_compare import outputs_match
+from verifier.output_compare import outputs_match, values_match
 from verifier.items import Item, Limits, Status
 from verifier.scoring import Scorer, ScoringConfig
 

@@ -63,7 +63,7 @@ from typing import Any, Callable
 from sandbox import RunResult, Sandbox, SandboxLimits
 
 from .extract import after_think, last_code_block, lcb_code_block, skywork_code_block
-from .harness import harness as H
+from .harness import framing
 from .ground_truth import BadGroundTruth, Spec, parse_ground_truth
 from .harness_files import PYTHON_FLAGS, harness_files
 from .items import Limits, Outcome, Status
@@ -90,25 +90,12 @@ MAX_PROGRAM_CHARS = 512 * 1024
 
 
 # ---------------------------------------------------------------------------------------------
-# LiveCodeBench comparison rules: verifier/output_compare.py (bounded; run off the server's
-# threads by the scorer).
-
-
-def values_match(got: Any, expected: Any, taco: bool = False) -> bool:
-    """LiveCodeBench's call-based rule for a Python value: the judge applies it to the value's
-    wire encoding, exactly as a returned value arrives from the sandbox."""
-    if type(got) is tuple:
-        got = list(got)
-    blob = json.dumps(H.encode_message(got), allow_nan=True).encode()
-    return compare_return(blob, expected, taco)[0]
-
-
-# ---------------------------------------------------------------------------------------------
 # The record stream from the harness.
 
 
 class _Stream:
-    """Parses and authenticates the harness's records as they arrive (see harness.py)."""
+    """Parses and authenticates the harness's records as they arrive (the record format:
+    verifier/harness/framing.py)."""
 
     def __init__(self, keys: list[bytes], on_record):
         self.keys = keys
@@ -124,7 +111,7 @@ class _Stream:
         while True:
             if len(self.buf) < 8:
                 return True
-            if self.buf[:4] != H.MAGIC:
+            if self.buf[:4] != framing.MAGIC:
                 self.error = "malformed record stream"
                 return False
             n = int.from_bytes(self.buf[4:8], "big")
@@ -140,14 +127,14 @@ class _Stream:
             except Exception:
                 self.error = "malformed record header"
                 return False
-            total = 8 + n + sum(sizes) + H.MAC_BYTES
+            total = 8 + n + sum(sizes) + framing.MAC_BYTES
             if len(self.buf) < total:
                 return True
             if self.seq >= len(self.keys):
                 self.error = "more records than keys"
                 return False
-            body = bytes(self.buf[: total - H.MAC_BYTES])
-            tag = bytes(self.buf[total - H.MAC_BYTES : total])
+            body = bytes(self.buf[: total - framing.MAC_BYTES])
+            tag = bytes(self.buf[total - framing.MAC_BYTES : total])
             want = hmac.new(self.keys[self.seq], body, hashlib.sha256).digest()
             if not hmac.compare_digest(tag, want) or head.get("seq") != self.seq:
                 self.error = f"record {self.seq} failed authentication"
@@ -419,8 +406,8 @@ def _score(
         return Outcome(
             Status.INVALID_INPUT, f"ground truth cannot be sent to the sandbox: {e}", 0, total
         )
-    raw = secrets.token_bytes(H.KEY_BYTES * (3 * total + 16))
-    keys = [raw[i : i + H.KEY_BYTES] for i in range(0, len(raw), H.KEY_BYTES)]
+    raw = secrets.token_bytes(framing.KEY_BYTES * (3 * total + 16))
+    keys = [raw[i : i + framing.KEY_BYTES] for i in range(0, len(raw), framing.KEY_BYTES)]
     stdin = len(payload).to_bytes(8, "big") + payload + b"".join(keys)
 
     judge = _Judge(spec, stop_on_fail, run_bounded, time.monotonic() + timeout)
@@ -429,7 +416,7 @@ def _score(
         wall_s=timeout,
         cpu_s=timeout + 1,
         memory_mb=memory_mb,
-        output_bytes=total * (PROGRAM_OUTPUT_BYTES + H.ERR_TAIL + 4096) + (1 << 20),
+        output_bytes=total * (PROGRAM_OUTPUT_BYTES + framing.ERR_TAIL + 4096) + (1 << 20),
     )
     try:
         files, entry = harness_files(sandbox)
@@ -491,7 +478,8 @@ def _verdict(spec: Spec, judge: _Judge, stream: _Stream, run: RunResult, timeout
         )
     return Outcome(
         Status.RUNTIME_ERROR,
-        f"the judge harness ended without a verdict ({run.status}, exit {run.exit_code}, signal {run.signal})",
+        f"the judge harness ended without a verdict ({run.status}, exit {run.exit_code}, "
+        f"signal {run.signal})",
         passed,
         total,
     )
