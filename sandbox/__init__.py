@@ -24,6 +24,9 @@ from .base import (
     SandboxUnavailable,
     StdoutHook,
 )
+from .docker_backend import DockerSandbox
+from .nsjail import NsjailSandbox
+from .unsafe import WARNING, UnsafeSandbox
 
 __all__ = [
     "KINDS",
@@ -56,16 +59,10 @@ def create_sandbox(
     Raises SandboxUnavailable (with the reason) when it cannot run programs safely here.
     """
     if kind == "nsjail":
-        from .nsjail import NsjailSandbox
-
         sb: Sandbox = NsjailSandbox(**options)
     elif kind == "docker":
-        from .docker_backend import DockerSandbox
-
         sb = DockerSandbox(**options)
     elif kind == "unsafe-none":
-        from .unsafe import WARNING, UnsafeSandbox
-
         sb = UnsafeSandbox(**options)
         bar = "!" * 100
         log.warning("%s\n%s\n%s", bar, WARNING, bar)

@@ -84,6 +84,7 @@ class DockerSandbox:
     def _client(self):
         if self._client_obj is None:
             try:
+                # lazy: an optional dependency (the docker extra)
                 import docker  # type: ignore[import-not-found]
             except ImportError as e:
                 raise SandboxUnavailable(
@@ -143,6 +144,7 @@ class DockerSandbox:
             api = self._client().api
         except (SandboxUnavailable, ValueError) as e:
             return RunResult("error", detail=str(e))
+        # lazy: an optional dependency (the docker extra)
         import docker  # type: ignore[import-not-found]
 
         cpu = ceil_s(lim.cpu_s)

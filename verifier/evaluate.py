@@ -39,12 +39,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from verifier.client import ClientConfig
+from verifier.client import ClientConfig, VerifierClient
 from verifier.generations import Generation, read_generations_file
 from verifier.items import NOT_A_VERDICT, Item, Limits, Result, VerifierError, item_from_dict
 from verifier.lcb import LCB_REPORT_WINDOW, LcbQuestion
 from verifier.problems import DataError, Loaded, ProblemRow, load_rows
-from verifier.scoring import ScoringConfig
+from verifier.scoring import Scorer, ScoringConfig
 
 log = logging.getLogger(__name__)
 
@@ -278,8 +278,6 @@ def score_items(
             on_result(r)
 
     if addr is None:
-        from verifier.scoring import Scorer
-
         with Scorer(scoring or ScoringConfig()) as scorer:
             if scorer.sandbox_problem and any(it.domain == "code" for it in items):
                 log.warning("code items will get SANDBOX_ERROR: %s", scorer.sandbox_problem)
@@ -287,8 +285,6 @@ def score_items(
             for fut in futures:
                 record(fut.result())
     else:
-        from verifier.client import VerifierClient
-
         with VerifierClient(addr, client or ClientConfig()) as c:
             for r in c.stream(items):
                 record(r)

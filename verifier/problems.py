@@ -199,7 +199,7 @@ def read_rows(path: str | Path) -> list[tuple[str, int, Any]]:
     if path.suffix == ".parquet":
         try:
             # Lazy: pyarrow belongs to the train/dev extras, and only parquet input needs it.
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # lazy: optional heavy dependency (parquet files only)
         except ImportError:
             raise DataError(f"{path}: reading parquet needs pyarrow (pip install pyarrow, or "
                             "the project's train extra)") from None

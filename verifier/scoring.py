@@ -17,7 +17,8 @@ from typing import Any, Iterable
 
 from sandbox import SandboxKind, SandboxUnavailable, create_sandbox
 from verifier.items import Item, Limits, Outcome, Result, Status, VerifierError, validate_item
-from verifier.math_score import quick_verdict
+from verifier.code_score import score_code
+from verifier.math_score import quick_verdict, score_math
 from verifier.pool import DeadlineExceeded, DeadlinePool, TaskFailed, WorkerDied
 from verifier.profiles import Profile, ProfileName, get_profile
 
@@ -60,8 +61,6 @@ def _preload_modules() -> tuple[str, ...]:
 
 
 def _math_task(response: str, ground_truth: Any, limits: Limits, profile: str) -> Outcome:
-    from verifier.math_score import score_math
-
     return score_math(response, ground_truth, limits, get_profile(profile))
 
 
@@ -231,8 +230,6 @@ class Scorer:
         sandbox = self.sandbox
 
         def run() -> Result:
-            from verifier.code_score import score_code
-
             try:
                 outcome = score_code(
                     item.response,

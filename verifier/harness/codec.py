@@ -239,7 +239,7 @@ class Decoder:
                 raise DecodeError("bad complex")
             return complex(v[0], v[1])
         if tag == "deque":
-            import collections
+            import collections  # lazy: in-jail start-up cost; only deque values need it
 
             return collections.deque(self._items(v, depth))
         if tag == "int":

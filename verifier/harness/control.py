@@ -196,7 +196,7 @@ def run_main_program(code, st, prefix_code=None, exit_ok=False):
                     pass
         elif cls is not MemErr:
             try:
-                import traceback
+                import traceback  # lazy: in-jail start-up cost; only a crash needs it
 
                 traceback.print_exc()
             except:  # noqa: E722
@@ -213,7 +213,7 @@ def finish_like_interpreter(rc):
         except BaseException:
             pass
     try:
-        import atexit
+        import atexit  # lazy: in-jail start-up cost; only at the program's exit
 
         atexit._run_exitfuncs()
     except BaseException:

@@ -26,7 +26,7 @@ class _LazyJson:
     """``json`` costs ~4 ms to import (it pulls in ``re``); the stdin/stdout path never needs it."""
 
     def __getattr__(self, name):
-        import json as _json
+        import json as _json  # lazy: ~4 ms in the jail; stdin/stdout tests never need it
 
         globals()["json"] = _json
         return getattr(_json, name)

@@ -300,7 +300,7 @@ class Decoder:
                 raise DecodeError("bad complex")
             return complex(v[0], v[1])
         if tag == "deque":
-            import collections
+            import collections  # lazy: in-jail start-up cost; only deque values need it
 
             return collections.deque(self._items(v, depth))
         if tag == "int":
@@ -355,7 +355,7 @@ class _LazyJson:
     """``json`` costs ~4 ms to import (it pulls in ``re``); the stdin/stdout path never needs it."""
 
     def __getattr__(self, name):
-        import json as _json
+        import json as _json  # lazy: ~4 ms in the jail; stdin/stdout tests never need it
 
         globals()["json"] = _json
         return getattr(_json, name)
@@ -702,7 +702,7 @@ def run_main_program(code, st, prefix_code=None, exit_ok=False):
                     pass
         elif cls is not MemErr:
             try:
-                import traceback
+                import traceback  # lazy: in-jail start-up cost; only a crash needs it
 
                 traceback.print_exc()
             except:  # noqa: E722
@@ -719,7 +719,7 @@ def finish_like_interpreter(rc):
         except BaseException:
             pass
     try:
-        import atexit
+        import atexit  # lazy: in-jail start-up cost; only at the program's exit
 
         atexit._run_exitfuncs()
     except BaseException:
