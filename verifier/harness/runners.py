@@ -514,33 +514,69 @@ class Skipped:
 
 def evaluator(cfg, prefix_code, units, resume_after, names):
     """Runs in the evaluator process: fd 3 = requests to the program, fd 4 = its answers,
-    fd 5 = results to the harness."""
+    fd 5 = results to the harness. Never returns: the process ends with ``os._exit``."""
     sys.set_int_max_str_digits(0) if hasattr(sys, "set_int_max_str_digits") else None
     _limits_in_child(cfg, cfg["_budget"] + 1)
-    reader = MsgReader(4)
-    tt = float(cfg["test_timeout"])
-    state = {
-        "deadline": time.monotonic() + tt,
-        "skipping": resume_after is not None,
-        "current": None,  # the last test begun
-        "open": False,  # inside that test (begun, not yet decided)
-        "calls": 0,  # requests sent to the program
-    }
-    ns = {"__name__": "__judge_ns__", "__builtins__": builtins}
+    ev = _Evaluation(cfg, units, resume_after)
+    remote_ref = _remote_ref_class(ev)
+    judge = _judge_class(ev)
+    _run_prefix(ev, prefix_code)
+    ev.ns["__judge__"] = judge
+    _bind_program_names(ev, names, remote_ref)
+    ev.refresh_classes()
+    if units["kind"] == "asserts":
+        _run_asserts(ev, judge)
+    else:
+        _run_leetcode(ev)
+    ev.report({"t": "end"})
+    os._exit(0)
 
-    def report(obj):
+
+class _Evaluation:
+    """The evaluator's state: the test namespace, the program's classes known here, where the
+    evaluation is (the test begun, skipping to resume), and the pipes to the program and to
+    the harness."""
+
+    def __init__(self, cfg, units, resume_after):
+        self.cfg = cfg
+        self.units = units
+        self.resume_after = resume_after
+        self.reader = MsgReader(4)
+        self.tt = float(cfg["test_timeout"])
+        self.deadline = time.monotonic() + self.tt
+        self.skipping = resume_after is not None
+        self.current = None  # the last test begun
+        self.open = False  # inside that test (begun, not yet decided)
+        self.calls = 0  # requests sent to the program
+        self.ns = {"__name__": "__judge_ns__", "__builtins__": builtins}
+        self.classes = {}
+
+    def report(self, obj):
         send_msg(5, obj)
 
-    def rpc(msg):
-        if state["skipping"]:
+    def refresh_classes(self):
+        self.classes.clear()
+        for k, v in self.ns.items():
+            if isinstance(v, type) and getattr(v, "__module__", None) == "__judge_ns__":
+                self.classes[k] = v
+
+    def decided(self):
+        """A test was decided: the next one gets its own time."""
+        self.open = False
+        self.deadline = time.monotonic() + self.tt
+
+    def rpc(self, msg):
+        """One request to the program's process and its answer; the program's exceptions are
+        re-raised here as builtin exceptions (or RemoteError), its death as ProgramGone."""
+        if self.skipping:
             return Skipped()
-        state["calls"] += 1
+        self.calls += 1
         try:
             send_msg(3, msg)
         except OSError:
             raise ProgramGone("died")
         try:
-            m = recv_msg(reader, state["deadline"])
+            m = recv_msg(self.reader, self.deadline)
         except DecodeError as e:
             raise ProgramGone(("garbage", str(e)))
         if m == "timeout":
@@ -550,33 +586,57 @@ def evaluator(cfg, prefix_code, units, resume_after, names):
         if "fatal" in m:
             raise ProgramGone(("fatal", m["fatal"], bool(m.get("memory")), m.get("phase")))
         if "exc" in m:
-            if m.get("memory"):
-                raise ProgramGone(("memory", m.get("msg", "")))
-            name = m["exc"]
-            cls = getattr(builtins, name, None) if isinstance(name, str) else None
-            text = f"{name}: {m.get('msg', '')}"
-            if (
-                isinstance(cls, type)
-                and issubclass(cls, Exception)
-                and cls.__module__ == "builtins"
-                # These two end an iteration instead of failing: raised into all(map(f, ...))
-                # they would stop it early and make the assert pass.
-                and not issubclass(cls, (StopIteration, StopAsyncIteration))
-            ):
-                try:
-                    raise cls(f"(raised by the program) {m.get('msg', '')}")
-                except TypeError:
-                    raise RemoteError(text)
-            raise RemoteError(text)
+            _raise_program_exception(m)
         return m
 
-    classes = {}
+    def blamed(self):
+        """The test a failure outside any assert belongs to: the one begun and not decided,
+        else the next one (code between two asserts prepares the second)."""
+        cur = self.current
+        if self.open or self.units["kind"] == "asserts":
+            return cur
+        return 0 if cur is None else cur + 1
 
-    def refresh_classes():
-        classes.clear()
-        for k, v in ns.items():
-            if isinstance(v, type) and getattr(v, "__module__", None) == "__judge_ns__":
-                classes[k] = v
+    def on_gone(self, e):
+        why = e.why
+        self.report({"t": "gone", "id": self.blamed(),
+                     "why": why if isinstance(why, str) else list(why)})
+        os._exit(0)
+
+
+def _raise_program_exception(m):
+    """The program's function raised: the same builtin exception here (so ``pytest.raises``-
+    style test code sees it), anything else as RemoteError."""
+    if m.get("memory"):
+        raise ProgramGone(("memory", m.get("msg", "")))
+    name = m["exc"]
+    cls = getattr(builtins, name, None) if isinstance(name, str) else None
+    text = f"{name}: {m.get('msg', '')}"
+    if (
+        isinstance(cls, type)
+        and issubclass(cls, Exception)
+        and cls.__module__ == "builtins"
+        # These two end an iteration instead of failing: raised into all(map(f, ...))
+        # they would stop it early and make the assert pass.
+        and not issubclass(cls, (StopIteration, StopAsyncIteration))
+    ):
+        try:
+            raise cls(f"(raised by the program) {m.get('msg', '')}")
+        except TypeError:
+            raise RemoteError(text)
+    raise RemoteError(text)
+
+
+def _exc_text(e):
+    try:
+        return f"{type(e).__name__}: {e}"[:500]
+    except BaseException:
+        return type(e).__name__
+
+
+def _remote_ref_class(ev):
+    """The class of handles to the program's objects: calls, attributes, items, len and
+    iteration go to the program's process as data; the truth value is not data."""
 
     class RemoteRef:
         __slots__ = ("_h", "_t")
@@ -586,17 +646,18 @@ def evaluator(cfg, prefix_code, units, resume_after, names):
             object.__setattr__(self, "_t", t)
 
         def _do(self, op, args=(), kwargs=None, **extra):
-            enc = Encoder(classes.keys(), handle=_no_handle)
+            enc = Encoder(ev.classes.keys(), handle=_no_handle)
             payload = {"v": enc.value([list(args), dict(kwargs or {})])}
             payload["objs"] = enc.finish()
             seed = [o for _n, _a, o in enc.objs]
             msg = dict(op=op, h=self._h, args=payload, **extra)
-            m = rpc(msg)
+            m = ev.rpc(msg)
             if isinstance(m, Skipped):
                 return m
             # The argument objects come back first in the table (updated in place) only when
             # the program says it seeded its table with them.
-            dec = Decoder(classes, RemoteRef, seed=seed if m.get("seeded") == len(seed) else ())
+            dec = Decoder(ev.classes, RemoteRef,
+                          seed=seed if m.get("seeded") == len(seed) else ())
             try:
                 dec.table(m.get("objs", []))
                 result = dec.value(m.get("v"))
@@ -642,24 +703,31 @@ def evaluator(cfg, prefix_code, units, resume_after, names):
         def __repr__(self):
             return f"<program {self._t}>"
 
+    return RemoteRef
+
+
+def _judge_class(ev):
+    """``__judge__`` of the rewritten asserts (verifier/ground_truth.py): begin a test, record
+    its result or its error."""
+    cfg = ev.cfg
+
     class Judge:
         Control = Control
 
         @staticmethod
         def begin(i):
-            state["current"] = i
-            if state["skipping"]:
-                if i == resume_after:
-                    state["skipping"] = False
+            ev.current = i
+            if ev.skipping:
+                if i == ev.resume_after:
+                    ev.skipping = False
                 return False
-            state["open"] = True
+            ev.open = True
             return True
 
         @staticmethod
         def result(i, ok):
-            state["open"] = False
-            state["deadline"] = time.monotonic() + tt
-            report(
+            ev.decided()
+            ev.report(
                 {"t": "res", "id": i, "ok": bool(ok), "detail": "" if ok else "assertion failed"}
             )
             if not ok and cfg["stop_on_fail"]:
@@ -667,28 +735,29 @@ def evaluator(cfg, prefix_code, units, resume_after, names):
 
         @staticmethod
         def error(i, exc):
-            state["open"] = False
-            state["deadline"] = time.monotonic() + tt
-            try:
-                text = f"{type(exc).__name__}: {exc}"[:500]
-            except BaseException:
-                text = type(exc).__name__
-            report({"t": "res", "id": i, "ok": False, "error": True, "detail": text})
+            ev.decided()
+            ev.report({"t": "res", "id": i, "ok": False, "error": True, "detail": _exc_text(exc)})
             if cfg["stop_on_fail"]:
                 raise StopEvaluation()
 
+    return Judge
+
+
+def _run_prefix(ev, prefix_code):
     try:
         if prefix_code is not None:
-            exec(prefix_code, ns)
+            exec(prefix_code, ev.ns)
     except BaseException as e:
-        report(
+        ev.report(
             {
                 "t": "setup_error",
                 "detail": f"import_prefix failed in the judge: {type(e).__name__}: {e}",
             }
         )
         os._exit(0)
-    ns["__judge__"] = Judge
+
+
+def _bind_program_names(ev, names, remote_ref):
     # The program's names: what its module defined or rebound after the prefix ran. They take
     # the place of the prefix's names of the same spelling (a program's own ``add`` beside a
     # preamble's ``from operator import *``), as in one file where the program comes after the
@@ -696,84 +765,69 @@ def evaluator(cfg, prefix_code, units, resume_after, names):
     for n in names:
         if (type(n) is str and n.isidentifier() and not n.startswith("__")
                 and not hasattr(builtins, n)):
-            ns[n] = RemoteRef("g:" + n, n)
-    refresh_classes()
+            ev.ns[n] = remote_ref("g:" + n, n)
 
-    def blamed():
-        """The test a failure outside any assert belongs to: the one begun and not decided,
-        else the next one (code between two asserts prepares the second)."""
-        cur = state["current"]
-        if state["open"] or units["kind"] == "asserts":
-            return cur
-        return 0 if cur is None else cur + 1
 
-    def on_gone(e):
-        why = e.why
-        report({"t": "gone", "id": blamed(), "why": why if isinstance(why, str) else list(why)})
-        os._exit(0)
-
-    if units["kind"] == "asserts":
-        state["skipping"] = False  # cases are independent: resuming just skips the done ones
-        for k, src in enumerate(units["cases"]):
-            if resume_after is not None and k <= resume_after:
-                continue
-            state["current"] = k
-            state["open"] = True
+def _run_asserts(ev, judge):
+    """``assert_case``: each case on its own; resuming just skips the cases already done."""
+    ev.skipping = False
+    for k, src in enumerate(ev.units["cases"]):
+        if ev.resume_after is not None and k <= ev.resume_after:
+            continue
+        ev.current = k
+        ev.open = True
+        try:
+            exec(compile(src, f"<assert {k}>", "exec"), ev.ns)
+        except StopEvaluation:
+            break
+        except ProgramGone as e:
+            ev.on_gone(e)
+        except BaseException as e:
             try:
-                exec(compile(src, f"<assert {k}>", "exec"), ns)
+                judge.error(k, e)
             except StopEvaluation:
                 break
-            except ProgramGone as e:
-                on_gone(e)
-            except BaseException as e:
-                try:
-                    Judge.error(k, e)
-                except StopEvaluation:
-                    break
-    else:
-        try:
-            exec(compile(units["test_code"], "<test_code>", "exec"), ns)
-            refresh_classes()
-        except ProgramGone as e:
-            on_gone(e)
-        except BaseException as e:
-            try:
-                text = f"{type(e).__name__}: {e}"[:500]
-            except BaseException:
-                text = type(e).__name__
-            if state["calls"]:
-                # The test code called the program while loading: the program's failure.
-                report({"t": "res", "id": 0, "ok": False, "error": True, "detail": text})
-                report({"t": "end"})
-            else:
-                report({"t": "setup_error", "detail": f"test_code failed to load: {text}"})
-            os._exit(0)
-        state["skipping"] = False
-        try:
-            candidate = eval(compile(units["entry_point"], "<entry_point>", "eval"), ns)
-            ns["__judge_candidate__"] = candidate
-            state["skipping"] = resume_after is not None
-            exec(compile(units["call"], "<check>", "exec"), ns)
-        except StopEvaluation:
-            pass
-        except ProgramGone as e:
-            on_gone(e)
-        except BaseException as e:
-            # An exception outside any assert (in setup code between asserts): the next
-            # assert fails with it; with run-all, evaluation restarts after that assert.
-            if not state["skipping"]:
-                nxt = blamed()
-                if nxt < int(cfg["n_units"]):
-                    try:
-                        text = f"{type(e).__name__}: {e}"[:500]
-                    except BaseException:
-                        text = type(e).__name__
-                    report({"t": "res", "id": nxt, "ok": False, "error": True, "detail": text})
-                    if not cfg["stop_on_fail"] and nxt + 1 < int(cfg["n_units"]):
-                        report({"t": "restart", "after": nxt})
-                        os._exit(0)
-    report({"t": "end"})
-    os._exit(0)
+
+
+def _run_leetcode(ev):
+    """LeetCode-style: load ``test_code``, then run its ``check(candidate)`` (or its top-level
+    asserts) against the program's entry point."""
+    cfg, units = ev.cfg, ev.units
+    try:
+        exec(compile(units["test_code"], "<test_code>", "exec"), ev.ns)
+        ev.refresh_classes()
+    except ProgramGone as e:
+        ev.on_gone(e)
+    except BaseException as e:
+        text = _exc_text(e)
+        if ev.calls:
+            # The test code called the program while loading: the program's failure.
+            ev.report({"t": "res", "id": 0, "ok": False, "error": True, "detail": text})
+            ev.report({"t": "end"})
+        else:
+            ev.report({"t": "setup_error", "detail": f"test_code failed to load: {text}"})
+        os._exit(0)
+    ev.skipping = False
+    try:
+        candidate = eval(compile(units["entry_point"], "<entry_point>", "eval"), ev.ns)
+        ev.ns["__judge_candidate__"] = candidate
+        ev.skipping = ev.resume_after is not None
+        exec(compile(units["call"], "<check>", "exec"), ev.ns)
+    except StopEvaluation:
+        pass
+    except ProgramGone as e:
+        ev.on_gone(e)
+    except BaseException as e:
+        # An exception outside any assert (in setup code between asserts): the next
+        # assert fails with it; with run-all, evaluation restarts after that assert.
+        if not ev.skipping:
+            nxt = ev.blamed()
+            if nxt < int(cfg["n_units"]):
+                ev.report({"t": "res", "id": nxt, "ok": False, "error": True,
+                           "detail": _exc_text(e)})
+                if not cfg["stop_on_fail"] and nxt + 1 < int(cfg["n_units"]):
+                    ev.report({"t": "restart", "after": nxt})
+                    os._exit(0)
 
 
 def _no_handle(obj):
