@@ -13,7 +13,6 @@ the process and everything it started are killed and reaped before ``run`` retur
 
 from __future__ import annotations
 
-import errno
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -156,7 +155,3 @@ def check_file_name(name: str) -> str:
 
 def ceil_s(x: float) -> int:
     return max(1, int(math.ceil(x)))
-
-
-def is_enoent(e: OSError) -> bool:
-    return e.errno == errno.ENOENT

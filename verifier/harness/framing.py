@@ -118,7 +118,7 @@ class MsgReader:
                 return None
 
 
-def recv_msg(reader, deadline, extra_fds=()):
+def recv_msg(reader, deadline):
     """Wait for one message until ``deadline``. Returns the message, "timeout" or "eof";
     raises DecodeError for a malformed one."""
     os.set_blocking(reader.fd, False)
