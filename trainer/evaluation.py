@@ -74,7 +74,7 @@ class ScoredRun:
 
 
 def _eval_problem(i: int, p: Problem, responses: list[str]) -> Any:
-    from verifier.evaluate import Problem as EvalProblem
+    from verifier.evaluate import EvalProblem
 
     return EvalProblem(i + 1, p.id, p.domain, p.ground_truth, p.data_source, responses)
 

@@ -146,7 +146,7 @@ def _mean(values: Sequence[float]) -> float:
 
 
 @dataclass
-class Problem:
+class EvalProblem:
     """One line of a generations file."""
 
     line: int
@@ -169,8 +169,8 @@ class Problem:
                     self.data_source, self.limits, self.profile)
 
 
-def problem_from_dict(obj: Any, line: int) -> Problem | str:
-    """Build a Problem from a decoded JSON line, or return why it is malformed. The item
+def problem_from_dict(obj: Any, line: int) -> EvalProblem | str:
+    """Build an EvalProblem from a decoded JSON line, or return why it is malformed. The item
     envelope (domain, ground truth, data_source, limits) is checked by the same code as
     ``verifier check``; each response's own checks (e.g. its size) happen in the verifier."""
     if not isinstance(obj, dict):
@@ -192,7 +192,7 @@ def problem_from_dict(obj: Any, line: int) -> Problem | str:
     parsed = item_from_dict({**envelope, "id": str(pid), "response": ""}, index=line)
     if isinstance(parsed, tuple):
         return parsed[1].detail
-    return Problem(line, parsed.id, parsed.domain, parsed.ground_truth, parsed.data_source,
+    return EvalProblem(line, parsed.id, parsed.domain, parsed.ground_truth, parsed.data_source,
                    list(responses), parsed.limits)
 
 
@@ -200,7 +200,7 @@ def problem_from_dict(obj: Any, line: int) -> Problem | str:
 class Generations:
     """A parsed generations file: its problems, and the lines skipped with ``--skip-invalid``."""
 
-    problems: list[Problem]
+    problems: list[EvalProblem]
     skipped: list[dict[str, Any]] = field(default_factory=list)
     """``{"line": int, "reason": str}`` per skipped line."""
 
@@ -209,7 +209,7 @@ def read_generations(path: Path, skip_invalid: bool = False) -> Generations:
     """Parse a generations JSONL. A malformed line (bad JSON, missing fields, a duplicate
     problem id) raises VerifierError("invalid_argument") naming the file and line, or with
     ``skip_invalid`` is skipped and recorded. Blank lines are ignored."""
-    problems: list[Problem] = []
+    problems: list[EvalProblem] = []
     skipped: list[dict[str, Any]] = []
     first_line: dict[str, int] = {}
     with path.open(encoding="utf-8") as f:
@@ -217,10 +217,10 @@ def read_generations(path: Path, skip_invalid: bool = False) -> Generations:
             if not text.strip():
                 continue
             try:
-                parsed: Problem | str = problem_from_dict(json.loads(text), lineno)
+                parsed: EvalProblem | str = problem_from_dict(json.loads(text), lineno)
             except ValueError as e:
                 parsed = f"not valid JSON: {e}"
-            if isinstance(parsed, Problem) and parsed.id in first_line:
+            if isinstance(parsed, EvalProblem) and parsed.id in first_line:
                 first = first_line[parsed.id]
                 parsed = f"duplicate problem id {parsed.id!r} (first on line {first})"
             if isinstance(parsed, str):
@@ -238,7 +238,7 @@ def read_generations(path: Path, skip_invalid: bool = False) -> Generations:
     return Generations(problems, skipped)
 
 
-def resolve_k(problems: Sequence[Problem], k: int | None) -> int:
+def resolve_k(problems: Sequence[EvalProblem], k: int | None) -> int:
     """The k to report: the given one, or the smallest number of responses of any problem.
     Raises VerifierError("invalid_argument") when k < 1 or some problem has fewer than k."""
     if not problems:
@@ -300,7 +300,7 @@ def score_items(
 # ---------------------------------------------------------------------------------------------
 
 
-def _group_summary(problems: Sequence[Problem], results: dict[str, Result], k: int) -> dict:
+def _group_summary(problems: Sequence[EvalProblem], results: dict[str, Result], k: int) -> dict:
     verdicts = [[results[p.wire_id(j)].correct for j in range(len(p.responses))] for p in problems]
     statuses = Counter(results[p.wire_id(j)].status.value
                        for p in problems for j in range(len(p.responses)))
@@ -314,7 +314,7 @@ def _group_summary(problems: Sequence[Problem], results: dict[str, Result], k: i
 
 
 def summarize(
-    problems: Sequence[Problem],
+    problems: Sequence[EvalProblem],
     results: dict[str, Result],
     k: int,
     skipped: Sequence[dict[str, Any]] = (),
@@ -325,7 +325,7 @@ def summarize(
     response order). Responses with an error status count as incorrect here;
     ``errors_counted_as_incorrect`` says whether any did."""
     overall = _group_summary(problems, results, k)
-    groups: dict[str, list[Problem]] = defaultdict(list)
+    groups: dict[str, list[EvalProblem]] = defaultdict(list)
     for p in problems:
         groups[p.data_source or NO_SOURCE].append(p)
     ns = [len(p.responses) for p in problems]
@@ -350,7 +350,7 @@ def summarize(
 
 
 def error_message(
-    problems: Sequence[Problem], results: dict[str, Result], limit: int = 3
+    problems: Sequence[EvalProblem], results: dict[str, Result], limit: int = 3
 ) -> str | None:
     """None when every response was scored; else a message with counts per error status and
     the first few failing responses."""
@@ -369,7 +369,7 @@ def error_message(
             "Pass --allow-errors to count them as incorrect (--results-output lists them all).")
 
 
-def response_records(problems: Sequence[Problem], results: dict[str, Result]) -> Iterable[dict]:
+def response_records(problems: Sequence[EvalProblem], results: dict[str, Result]) -> Iterable[dict]:
     """One JSON-ready record per scored response, in input order."""
     for p in problems:
         for j in range(len(p.responses)):
@@ -416,7 +416,7 @@ def eval_table(summary: dict[str, Any], title: str | None = None) -> Table:
 class Joined:
     """Problems matched with their generations, and what was left out of every number."""
 
-    problems: list[Problem]
+    problems: list[EvalProblem]
     lcb: dict[str, LcbQuestion]
     """The LiveCodeBench question of each LiveCodeBench problem, by id."""
     missing: list[str]
@@ -442,7 +442,7 @@ def join_generations(rows: Loaded[ProblemRow], generations: Sequence[Generation]
                             f"problems files: {shown}{more}", "invalid_argument")
     by_id = {g.id: g for g in generations}
     outside_ids = {r.id for r in rows.outside_window}
-    problems: list[Problem] = []
+    problems: list[EvalProblem] = []
     lcb: dict[str, LcbQuestion] = {}
     missing: list[str] = []
     for row in rows.problems:
@@ -451,7 +451,7 @@ def join_generations(rows: Loaded[ProblemRow], generations: Sequence[Generation]
             missing.append(row.id)
             continue
         prof = lcb_profile if row.lcb is not None else profile
-        problems.append(Problem(len(problems) + 1, row.id, row.domain, row.ground_truth,
+        problems.append(EvalProblem(len(problems) + 1, row.id, row.domain, row.ground_truth,
                                 row.data_source, list(gen.responses), Limits(), prof))
         if row.lcb is not None:
             lcb[row.id] = row.lcb
@@ -459,8 +459,8 @@ def join_generations(rows: Loaded[ProblemRow], generations: Sequence[Generation]
                   sum(1 for g in generations if g.id in outside_ids))
 
 
-def _pass1_by(problems: Sequence[Problem], results: dict[str, Result],
-              key: Callable[[Problem], str]) -> dict[str, dict[str, Any]]:
+def _pass1_by(problems: Sequence[EvalProblem], results: dict[str, Result],
+              key: Callable[[EvalProblem], str]) -> dict[str, dict[str, Any]]:
     groups: dict[str, list[list[bool]]] = defaultdict(list)
     for p in problems:
         groups[key(p)].append([results[p.wire_id(j)].correct for j in range(len(p.responses))])
@@ -602,7 +602,7 @@ def _write_json_lines(path: Path, records: Iterable[dict]) -> None:
             f.write(json.dumps(rec) + "\n")
 
 
-def _score(cfg: EvalConfig, problems: Sequence[Problem]) -> dict[str, Result]:
+def _score(cfg: EvalConfig, problems: Sequence[EvalProblem]) -> dict[str, Result]:
     """Score every response with a progress bar; write ``--results-output``; raise unless
     every response was judged (or ``allow_errors``)."""
     items = [p.item(j) for p in problems for j in range(len(p.responses))]

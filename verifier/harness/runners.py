@@ -848,7 +848,7 @@ def _write_back(orig, new):
         pass
 
 
-def run_check(cfg, code, prefix_code, rep):
+def run_assert_tests(cfg, code, prefix_code, rep):
     units = cfg["units"]
     resume_after = None
     recorded = set()
@@ -1094,7 +1094,7 @@ def main():
     elif mode == "call":
         run_call(cfg, code, prefix_code, rep)
     elif mode == "check":
-        run_check(cfg, code, prefix_code, rep)
+        run_assert_tests(cfg, code, prefix_code, rep)
     kill_all()
     rep.emit({"type": "done"})
 
