@@ -6,8 +6,8 @@
                          limits=SandboxLimits(wall_s=5, memory_mb=512))
 
 There is no silent fallback: when the requested backend does not work, ``create_sandbox``
-raises; the verifier then scores code items with ``UnavailableSandbox(reason)``, which turns
-every one into SANDBOX_ERROR with that reason. ``unsafe-none`` (no isolation)
+raises; the verifier then keeps serving math and answers every code item with SANDBOX_ERROR
+naming the reason (``verifier.scoring.open_sandbox``). ``unsafe-none`` (no isolation)
 exists for development only and is announced with a loud warning. The policy is documented in
 sandbox/README.md and lives in sandbox/policy/nsjail.cfg.
 """
@@ -15,7 +15,7 @@ sandbox/README.md and lives in sandbox/policy/nsjail.cfg.
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from .base import (
     RunResult,
@@ -23,26 +23,30 @@ from .base import (
     SandboxLimits,
     SandboxUnavailable,
     StdoutHook,
-    UnavailableSandbox,
 )
+from .docker_backend import DockerSandbox
+from .nsjail import NsjailSandbox
+from .unsafe import WARNING, UnsafeSandbox
 
 __all__ = [
     "KINDS",
     "RunResult",
     "Sandbox",
+    "SandboxKind",
     "SandboxLimits",
     "SandboxUnavailable",
     "StdoutHook",
-    "UnavailableSandbox",
     "create_sandbox",
 ]
 
-KINDS = ("nsjail", "docker", "unsafe-none")
+SandboxKind = Literal["nsjail", "docker", "unsafe-none"]
+"""The sandbox backends, by the name ``create_sandbox`` and ``verifier serve --sandbox`` take."""
+KINDS: tuple[str, ...] = get_args(SandboxKind)
 log = logging.getLogger(__name__)
 
 
 def create_sandbox(
-    kind: Literal["nsjail", "docker", "unsafe-none"] = "nsjail",
+    kind: SandboxKind = "nsjail",
     *,
     self_test: bool = True,
     **options: Any,
@@ -55,16 +59,10 @@ def create_sandbox(
     Raises SandboxUnavailable (with the reason) when it cannot run programs safely here.
     """
     if kind == "nsjail":
-        from .nsjail import NsjailSandbox
-
         sb: Sandbox = NsjailSandbox(**options)
     elif kind == "docker":
-        from .docker_backend import DockerSandbox
-
         sb = DockerSandbox(**options)
     elif kind == "unsafe-none":
-        from .unsafe import WARNING, UnsafeSandbox
-
         sb = UnsafeSandbox(**options)
         bar = "!" * 100
         log.warning("%s\n%s\n%s", bar, WARNING, bar)

@@ -28,8 +28,8 @@ from typing import Any
 
 from .base import (
     RunResult, SandboxLimits, SandboxUnavailable, StdoutHook, ceil_s, check_file_name,
-    append_capped,
 )
+from .process import append_capped
 
 _BOOT = (
     "import os,sys,tarfile,io\n"
@@ -92,6 +92,7 @@ class DockerSandbox:
     def _client(self):
         if self._client_obj is None:
             try:
+                # lazy: an optional dependency (the docker extra)
                 import docker  # type: ignore[import-not-found]
             except ImportError as e:
                 raise SandboxUnavailable(
@@ -151,6 +152,7 @@ class DockerSandbox:
             api = self._client().api
         except (SandboxUnavailable, ValueError) as e:
             return RunResult("error", detail=str(e))
+        # lazy: an optional dependency (the docker extra)
         import docker  # type: ignore[import-not-found]
 
         cpu = ceil_s(lim.cpu_s)

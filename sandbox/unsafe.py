@@ -23,8 +23,8 @@ from .base import (
     StdoutHook,
     ceil_s,
     check_file_name,
-    run_process,
 )
+from .process import run_process
 
 WARNING = (
     "UNSAFE SANDBOX: model-written programs run WITHOUT ISOLATION (host files, network, "

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import create_sandbox
+from sandbox import SandboxUnavailable, create_sandbox
 from sandbox.nsjail import SANDBOX_UID
 from verifier.code_score import score_code
 from verifier.items import Limits, Status
@@ -24,6 +24,16 @@ def respond(code: str, think: bool = True) -> str:
     """A model response whose last python block is ``code``."""
     head = "<think>\nLet me think.\n```python\nprint('draft')\n```\n</think>\n" if think else ""
     return f"{head}Here is my solution:\n```python\n{code}\n```\n"
+
+
+def refuse_sandbox(reason: str):
+    """A ``create_sandbox`` stand-in whose self-test fails with ``reason`` (monkeypatch it over
+    ``verifier.scoring.create_sandbox`` to get a scorer with no working sandbox)."""
+
+    def create(*_args, **_kwargs):
+        raise SandboxUnavailable(reason)
+
+    return create
 
 
 def sandbox_pids() -> set[int]:

@@ -9,15 +9,13 @@ import threading
 import pytest
 
 from sandbox.nsjail import NsjailSandbox
-from tests.conftest_sandbox import SUM_GT, SUM_OK, nsjail_sandbox, respond  # noqa: F401
-from verifier.code_score import (
-    BadGroundTruth,
-    outputs_match,
-    parse_ground_truth,
-    score_code,
-    values_match,
-)
-from verifier.items import Limits, Status
+from tests.conftest_sandbox import (SUM_GT, SUM_OK, nsjail_sandbox, refuse_sandbox,  # noqa: F401
+                                    respond)
+from verifier.code_score import score_code
+from verifier.ground_truth import BadGroundTruth, parse_ground_truth
+from verifier.output_compare import outputs_match, values_match
+from verifier.items import Item, Limits, Status
+from verifier.scoring import Scorer, ScoringConfig
 
 
 def score(sb, code, gt, **limits):
@@ -527,14 +525,18 @@ def test_leetcode_run_all_after_timeout_resumes(nsjail_sandbox):
     assert o.status is Status.TIMEOUT and (o.passed, o.total) == (4, 5), o
 
 
-def test_unavailable_sandbox_refuses_code_items():
-    from sandbox import UnavailableSandbox
-
-    sb = UnavailableSandbox("nsjail binary not found at /x")
-    o = score_code(respond(SUM_OK), SUM_GT, Limits(), sb)
-    assert (
-        o.status is Status.SANDBOX_ERROR and "nsjail binary not found" in o.detail and o.total == 3
-    )
+def test_unavailable_sandbox_refuses_code_items(monkeypatch):
+    """With no working sandbox the scorer answers code items SANDBOX_ERROR with the reason
+    (the production path: verifier.scoring.open_sandbox), never runs them unsandboxed."""
+    monkeypatch.setattr("verifier.scoring.create_sandbox",
+                        refuse_sandbox("nsjail binary not found at /x"))
+    scorer = Scorer(ScoringConfig(workers=1))
+    try:
+        item = Item(id="c", domain="code", response=respond(SUM_OK), ground_truth=SUM_GT)
+        (r,) = scorer.score([item])
+    finally:
+        scorer.close()
+    assert r.status is Status.SANDBOX_ERROR and "nsjail binary not found" in r.detail
 
 
 def test_module_level_exception_is_compile_error(nsjail_sandbox):

@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest_sandbox import PROJECT_ROOT, after_attack, nsjail_sandbox, respond  # noqa: F401
 from sandbox import SandboxLimits
+from sandbox.nsjail import PACKAGES_MOUNT
 from verifier.code_score import score_code
 from verifier.items import PROFILES, Limits, Status
 from verifier.profiles import get_profile
@@ -97,8 +98,10 @@ def test_stderr_flood_is_harmless(after_attack):
 
 
 def test_disk_fill_in_scratch(after_attack):
+    # Ends by itself when the scratch is full (bounded by its size): a generous per-test limit
+    # keeps a loaded machine from turning that into TIMEOUT.
     code = "i = 0\nwhile True:\n    with open(f'/tmp/fill{i}', 'wb') as f:\n        f.write(b'x' * (8 << 20))\n    i += 1"
-    o = attack(after_attack, code)
+    o = attack(after_attack, code, test_timeout_s=20)
     assert o.status is Status.RUNTIME_ERROR and "No space left" in o.detail
 
 
@@ -121,23 +124,35 @@ def test_reads_project_files_denied(after_attack):
 
 def test_reads_judge_files_gets_nothing_useful(after_attack):
     # The harness is visible (read-only) but holds no expected outputs; the test's expected
-    # output appears nowhere in the sandbox.
+    # output appears in no file of the sandbox. The walk covers every place the judge could
+    # have put a file: the jail's root, its scratch /tmp (the harness, the input files) and
+    # every other mount, except the system trees bound from the host (/usr, /lib, /lib64,
+    # /bin, /dev) and the public packages (numpy, the same files in every jail): those are
+    # the host's, not the judge's, and reading their ~70 MB is what made the test's time
+    # depend on the machine's load. It reports how much it read and whether it read the
+    # harness, so a walk that saw nothing cannot pass. Bounded by what it reads (a few MB),
+    # with a per-test limit that load cannot reach.
     code = (
         "import os\n"
-        "found = []\n"
-        "for root, dirs, files in os.walk('/'):\n"
-        "    if root == '/':\n"
-        "        dirs[:] = [d for d in dirs if d not in ('usr', 'lib', 'lib64', 'bin', 'dev')]\n"
-        "    for f in files:\n"
+        f"skip = {{'/usr', '/lib', '/lib64', '/bin', '/dev', {PACKAGES_MOUNT!r}}}\n"
+        "found, files, harness = [], 0, False\n"
+        "for root, dirs, names in os.walk('/'):\n"
+        "    dirs[:] = [d for d in dirs if os.path.join(root, d) not in skip]\n"
+        "    for f in names:\n"
         "        try:\n"
-        "            if b'SECRET-EXPECTED-7f3' in open(os.path.join(root, f), 'rb').read():\n"
-        "                found.append(f)\n"
+        "            data = open(os.path.join(root, f), 'rb').read()\n"
         "        except OSError:\n"
-        "            pass\n"
-        "print('SECRET-EXPECTED-7f3' if found else 'nothing')"
+        "            continue\n"
+        "        files += 1\n"
+        "        harness = harness or f.startswith('judge_harness')\n"
+        "        if b'SECRET-EXPECTED-7f3' in data:\n"
+        "            found.append(f)\n"
+        "print('SECRET-EXPECTED-7f3' if found else f'nothing in {files} files harness={harness}')"
     )
-    o = attack(after_attack, code, gt={"inputs": ["x\n"], "outputs": ["SECRET-EXPECTED-7f3\n"]})
-    assert o.status is Status.INCORRECT
+    o = attack(after_attack, code, gt={"inputs": ["x\n"], "outputs": ["SECRET-EXPECTED-7f3\n"]},
+               test_timeout_s=20)
+    assert o.status is Status.INCORRECT, o
+    assert "harness=True" in o.detail, o.detail  # the walk reached the judge's own files
 
 
 def test_write_outside_scratch_denied(after_attack):

@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import math_item
+from tests.conftest_sandbox import refuse_sandbox
 from verifier.client import ClientConfig, VerifierClient
 from verifier.items import Status
 from verifier.scoring import Scorer, ScoringConfig
@@ -125,11 +126,9 @@ def test_worker_restarts_are_counted(metered) -> None:
     assert value(m, "verifier_items_total", domain="math", status="INTERNAL_ERROR") >= 1
 
 
-def test_rejections_and_sandbox_failures_are_counted() -> None:
-    from sandbox import UnavailableSandbox
-
-    scorer = Scorer(ScoringConfig(workers=1, max_pending=3),
-                    sandbox=UnavailableSandbox("test: nsjail missing"))
+def test_rejections_and_sandbox_failures_are_counted(monkeypatch) -> None:
+    monkeypatch.setattr("verifier.scoring.create_sandbox", refuse_sandbox("test: nsjail missing"))
+    scorer = Scorer(ScoringConfig(workers=1, max_pending=3))
     srv, port = create_server("127.0.0.1:0", ServeConfig(metrics_port=0), scorer=scorer)
     try:
         with VerifierClient(f"127.0.0.1:{port}", ClientConfig(max_retries=0)) as client:

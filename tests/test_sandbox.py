@@ -336,7 +336,7 @@ def test_docker_unavailable_is_explained(tmp_path):
 
 
 def test_append_capped_never_buffers_past_the_cap():
-    from sandbox.base import append_capped
+    from sandbox.process import append_capped
 
     buf = bytearray(b"ab")
     assert append_capped(buf, b"cd", 5) is False and buf == b"abcd"

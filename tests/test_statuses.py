@@ -9,6 +9,7 @@ import time
 import pytest
 
 from tests.conftest import math_item
+from tests.conftest_sandbox import refuse_sandbox
 from verifier.client import VerifierClient
 from verifier.items import Item, Status
 from verifier.scoring import Scorer, ScoringConfig
@@ -47,10 +48,9 @@ def test_status_reachable_over_grpc(server, status: Status) -> None:
     assert result.reward == (1.0 if status is Status.CORRECT else 0.0)
 
 
-def test_sandbox_error_when_no_sandbox_works() -> None:
-    from sandbox import UnavailableSandbox
-
-    scorer = Scorer(ScoringConfig(workers=1), sandbox=UnavailableSandbox("test: nsjail missing"))
+def test_sandbox_error_when_no_sandbox_works(monkeypatch) -> None:
+    monkeypatch.setattr("verifier.scoring.create_sandbox", refuse_sandbox("test: nsjail missing"))
+    scorer = Scorer(ScoringConfig(workers=1))
     srv, port = create_server("127.0.0.1:0", ServeConfig(), scorer=scorer)
     try:
         with VerifierClient(f"127.0.0.1:{port}") as client:

@@ -47,13 +47,13 @@ from trainer.offline_filter import (
 from trainer.plot import plot_run
 from trainer.verifier_bridge import RewardError, verifier_connection
 from verifier.evaluate import eval_table
+from verifier.logs import setup_logging
 
 log = logging.getLogger("trainer")
 
 
 def _setup_logging() -> None:
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr, level=logging.INFO, force=True)
+    setup_logging("text")
     hf_logging.disable_progress_bar()  # per-file progress bars drown the run's own output
 
 

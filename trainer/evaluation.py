@@ -39,8 +39,7 @@ from trainer.engines import EngineConfig, check_model_path, check_sampling_param
 from trainer.hf_utils import load_tokenizer, problem_prompt_ids
 from trainer.interfaces import Completion, RolloutEngine, SamplingParams
 from trainer.verifier_bridge import RewardError, RewardStream, verifier_connection
-from verifier.evaluate import NO_SOURCE, error_message, response_records, summarize
-from verifier.evaluate import Problem as EvalProblem
+from verifier.evaluate import NO_SOURCE, EvalProblem, error_message, response_records, summarize
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +65,7 @@ class ScoredRun:
     """k responses per problem and their verdicts."""
 
     problems: list[Any]
-    """``verifier.evaluate.Problem`` per problem (``line`` = 1-based position), responses
+    """``verifier.evaluate.EvalProblem`` per problem (``line`` = 1-based position), responses
     filled in; their ``wire_id(j)`` keys ``results``."""
     results: dict[str, Any]
     """``verifier.items.Result`` by wire id."""

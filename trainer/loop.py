@@ -43,7 +43,6 @@ from trainer.samples import sample_rows, write_samples
 from trainer.schedule import response_indices
 from trainer.tiny import save_tiny
 from trainer.verifier_bridge import (
-    NOT_A_VERDICT,
     RewardClient,
     RewardError,
     RewardStream,
@@ -51,7 +50,7 @@ from trainer.verifier_bridge import (
     verifier_connection,
 )
 from trainer.warmstart import warm_start
-from verifier.items import Status
+from verifier.items import NOT_A_VERDICT, Status
 
 log = logging.getLogger(__name__)
 

@@ -45,7 +45,7 @@ from trainer.data import (
 )
 from trainer.evaluation import generate_and_score
 from trainer.interfaces import RolloutEngine, SamplingParams
-from verifier.evaluate import ERROR_STATUSES
+from verifier.items import NOT_A_VERDICT
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ def score_problems(opts: FilterOptions, loaded: LoadResult, engine: RolloutEngin
     if len(todo) < len(batches):
         log.info("resuming: %d of %d batches already scored in %s", len(batches) - len(todo),
                  len(batches), opts.progress_path)
-    error_values = {s.value for s in ERROR_STATUSES}
+    error_values = {s.value for s in NOT_A_VERDICT}
     counted_errors = 0
     for n, b in enumerate(todo):
         rows = batches[b]

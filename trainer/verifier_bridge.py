@@ -46,15 +46,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from verifier.client import ClientConfig, VerifierClient
-from verifier.items import Result, Status
+from verifier.items import NOT_A_VERDICT, Result
 from verifier.local import LocalVerifier
 
 log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# Statuses that are not a judgement of the response: a trainer must not read them as reward 0.
-NOT_A_VERDICT = (Status.INVALID_INPUT, Status.SANDBOX_ERROR, Status.INTERNAL_ERROR)
 
 
 class RewardError(RuntimeError):

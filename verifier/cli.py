@@ -16,14 +16,16 @@ from typing import Annotated, Any, Iterator, Literal
 
 import tyro
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from verifier.client import ClientConfig
+from verifier.client import ClientConfig, VerifierClient
 from verifier.evaluate import EvalConfig, print_report, run_eval
 from verifier.items import (Item, Limits, Outcome, Result, Status, VerifierError, invalid,
                             item_from_dict)
-from verifier.scoring import ScoringConfig
+from verifier.logs import setup_logging
+from verifier.scoring import Scorer, ScoringConfig
 from verifier.server import ServeConfig, serve
 
 log = logging.getLogger("verifier")
@@ -61,19 +63,6 @@ class HealthConfig:
     log_format: Literal["json", "text"] = "text"
 
 
-def setup_logging(fmt: str, level: int = logging.INFO) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        from pythonjsonlogger.json import JsonFormatter
-
-        handler.setFormatter(JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-
-
 def read_items(path: Path) -> Iterator[Item | tuple[str, Outcome]]:
     """Yield one Item (or an ``(id, INVALID_INPUT)`` pair) per non-empty line; a malformed line
     becomes an INVALID_INPUT result naming the line instead of stopping the file."""
@@ -108,8 +97,6 @@ def run_check(cfg: CheckConfig) -> list[Result]:
     with _progress(cfg.progress, console) as bar:
         task = bar.add_task("scoring", total=len(entries))
         if cfg.addr is None:
-            from verifier.scoring import Scorer
-
             with Scorer(cfg.scoring) as scorer:
                 if scorer.sandbox_problem:
                     log.warning("code items will get SANDBOX_ERROR: %s", scorer.sandbox_problem)
@@ -118,8 +105,6 @@ def run_check(cfg: CheckConfig) -> list[Result]:
                     results[i] = fut.result()
                     bar.advance(task)
         else:
-            from verifier.client import VerifierClient
-
             # Wire ids are line indices, so duplicate or odd ids in the file cannot collide on
             # the stream; each result gets its item's own id back below.
             wire: list[Item] = []
@@ -169,8 +154,6 @@ def summary_table(results: list[Result], title: str = "verifier results") -> Tab
 
 
 def run_health(cfg: HealthConfig) -> int:
-    from verifier.client import VerifierClient
-
     try:
         with VerifierClient(cfg.addr, cfg.client) as client:
             states = client.replica_health(timeout_s=cfg.wait_s)
@@ -203,8 +186,6 @@ def main(argv: list[str] | None = None) -> int:
         try:
             summary = run_eval(config)
         except VerifierError as e:
-            from rich.markup import escape
-
             Console(stderr=True).print(f"[red]error:[/red] {escape(str(e))}", highlight=False,
                                       soft_wrap=True)
             return 1

@@ -52,23 +52,21 @@ ground truth's own, generators, ...) compare equal to nothing.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import hmac
 import json
 import marshal
 import secrets
-import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from sandbox import RunResult, Sandbox, SandboxLimits
 
 from .extract import after_think, last_code_block, lcb_code_block, skywork_code_block
-from .harness import harness as H
-from .harness import harness_source
-from .items import Limits, Outcome, Status, decode_ground_truth
+from .harness import framing
+from .ground_truth import BadGroundTruth, Spec, parse_ground_truth
+from .harness_files import PYTHON_FLAGS, harness_files
+from .items import Limits, Outcome, Status
 from .output_compare import (
     canonical_return,
     compare_return,
@@ -89,284 +87,6 @@ MIN_COMPARE_S = 1.0  # the least time a comparison gets, even at the end of an i
 DEFAULT_PROFILE = PROFILE_TABLE["default"]
 MAX_PROFILE_ITEM_S = 300.0  # the longest whole-sample budget a profile's rule gives
 MAX_PROGRAM_CHARS = 512 * 1024
-HARNESS_FILE = "judge_harness.py"
-PYTHON_FLAGS = ("-I", "-S")  # isolated, no site (2 ms); the harness defines exit()/quit() itself
-
-HARNESS_PYC = "judge_harness.pyc"
-_harness_lock = threading.Lock()
-_harness_bytes: bytes | None = None
-_pyc_cache: dict[tuple[str, str, int], bytes | None] = {}
-
-_COMPILE_IN_SANDBOX = (
-    "import marshal, sys\n"
-    "from importlib._bootstrap_external import MAGIC_NUMBER\n"
-    "code = compile(open('judge_harness.py', 'rb').read(), 'judge_harness.py', 'exec')\n"
-    "sys.stdout.buffer.write(MAGIC_NUMBER + bytes(12) + marshal.dumps(code))\n"
-)
-
-
-def _harness() -> bytes:
-    global _harness_bytes
-    with _harness_lock:
-        if _harness_bytes is None:
-            _harness_bytes = harness_source()
-        return _harness_bytes
-
-
-def _harness_files(sandbox: Sandbox) -> tuple[dict[str, bytes], str]:
-    """The harness as bytecode compiled once by the sandbox's own interpreter (compiling the
-    source costs ~7 ms per run; loading bytecode ~0.1 ms), or as source when that fails."""
-    key = (sandbox.name, sandbox.python, id(sandbox))
-    with _harness_lock:
-        if key in _pyc_cache:
-            pyc = _pyc_cache[key]
-            return (
-                ({HARNESS_PYC: pyc}, HARNESS_PYC)
-                if pyc
-                else ({HARNESS_FILE: _harness()}, HARNESS_FILE)
-            )
-    src = _harness()
-    pyc = None
-    try:
-        r = sandbox.run(
-            [sandbox.python, *PYTHON_FLAGS, "-c", _COMPILE_IN_SANDBOX],
-            files={HARNESS_FILE: src},
-            limits=SandboxLimits(wall_s=30, cpu_s=20),
-        )
-        if r.status == "ok" and r.exit_code == 0 and len(r.stdout) > 16:
-            pyc = r.stdout
-    except Exception:
-        pyc = None
-    with _harness_lock:
-        _pyc_cache[key] = pyc
-    return ({HARNESS_PYC: pyc}, HARNESS_PYC) if pyc else ({HARNESS_FILE: src}, HARNESS_FILE)
-
-
-# ---------------------------------------------------------------------------------------------
-# Ground truth.
-
-
-class BadGroundTruth(Exception):
-    pass
-
-
-@dataclass
-class Spec:
-    mode: str  # "stdio" | "call" | "check"
-    total: int
-    inputs: list = field(default_factory=list)
-    outputs: list = field(default_factory=list)  # stdio: str; call: decoded JSON values
-    taco_outputs: bool = False  # call-based outputs given as JSON values (TACO): also accept out[0]
-    fn_name: str = ""
-    prefix: str = ""
-    units: dict = field(default_factory=dict)
-
-
-def _text(v: Any, what: str) -> str:
-    if isinstance(v, str):
-        return v
-    if isinstance(v, list) and all(isinstance(x, str) for x in v):
-        return "\n".join(v)
-    raise BadGroundTruth(f"{what} must be a string, got {type(v).__name__}")
-
-
-def parse_ground_truth(gt: Any) -> Spec:
-    """Validate and normalise a code ground truth (docs/contracts.md 1); BadGroundTruth names what is
-    wrong."""
-    gt = decode_ground_truth(gt)
-    if isinstance(gt, str):
-        raise BadGroundTruth(
-            "code ground_truth must be an object (or a JSON string of one), got a plain string"
-        )
-    if not isinstance(gt, dict):
-        raise BadGroundTruth(f"code ground_truth must be an object, got {type(gt).__name__}")
-    if "assert_case" in gt:
-        return _parse_asserts(gt["assert_case"])
-    if "test_code" in gt or "entry_point" in gt:
-        return _parse_leetcode(gt)
-    if "inputs" in gt or "outputs" in gt:
-        return _parse_io(gt)
-    raise BadGroundTruth(
-        "code ground_truth has none of the known formats: {inputs, outputs[, fn_name]}, "
-        "{import_prefix, test_code, entry_point} or {assert_case}"
-    )
-
-
-def _parse_io(gt: dict) -> Spec:
-    inputs, outputs = gt.get("inputs"), gt.get("outputs")
-    if not isinstance(inputs, list):
-        raise BadGroundTruth(f"'inputs' must be a list, got {type(inputs).__name__}")
-    if not isinstance(outputs, list):
-        raise BadGroundTruth(f"'outputs' must be a list, got {type(outputs).__name__}")
-    if len(inputs) != len(outputs):
-        raise BadGroundTruth(f"'inputs' has {len(inputs)} tests but 'outputs' has {len(outputs)}")
-    if not inputs:
-        raise BadGroundTruth("'inputs' is empty: no tests")
-    fn_name = gt.get("fn_name")
-    if fn_name is None or fn_name == "":
-        return Spec(
-            "stdio",
-            len(inputs),
-            inputs=[_text(x, f"inputs[{i}]") for i, x in enumerate(inputs)],
-            outputs=[_text(x, f"outputs[{i}]") for i, x in enumerate(outputs)],
-        )
-    if not isinstance(fn_name, str) or not fn_name.isidentifier():
-        raise BadGroundTruth(f"'fn_name' must be a Python identifier, got {fn_name!r}")
-    args_list, outs = [], []
-    taco = False
-    for i, (x, y) in enumerate(zip(inputs, outputs)):
-        if isinstance(x, str):
-            try:
-                args = [json.loads(line) for line in x.split("\n") if line.strip()]
-            except ValueError as e:
-                raise BadGroundTruth(f"inputs[{i}] is not newline-separated JSON arguments: {e}")
-        elif isinstance(x, list):
-            args = x
-        else:
-            raise BadGroundTruth(
-                f"inputs[{i}] must be a string of JSON lines or a list of arguments"
-            )
-        if isinstance(y, str):
-            try:
-                out = json.loads(y)
-            except ValueError as e:
-                raise BadGroundTruth(f"outputs[{i}] is not one JSON value: {e}")
-        else:
-            out, taco = y, True
-        args_list.append(args)
-        outs.append(out)
-    return Spec(
-        "call", len(inputs), inputs=args_list, outputs=outs, fn_name=fn_name, taco_outputs=taco
-    )
-
-
-class _AssertRewriter(ast.NodeTransformer):
-    """Turn every ``assert T`` into a call-out to the evaluator's recorder under one id."""
-
-    def __init__(self, fixed_id: int | None = None):
-        self.n = 0
-        self.fixed_id = fixed_id
-
-    def visit_Assert(self, node: ast.Assert):
-        i = self.fixed_id if self.fixed_id is not None else self.n
-        self.n += 1
-        new = ast.parse(
-            f"if __judge__.begin({i}):\n"
-            "    try:\n"
-            "        __judge_ok = bool(__JUDGE_TEST__)\n"
-            "    except __judge__.Control:\n"
-            "        raise\n"
-            "    except BaseException as __judge_exc:\n"
-            f"        __judge__.error({i}, __judge_exc)\n"
-            "    else:\n"
-            f"        __judge__.result({i}, __judge_ok)\n"
-        ).body[0]
-        test = self.visit(node.test)
-
-        class _Fill(ast.NodeTransformer):
-            def visit_Name(self, n):
-                return test if n.id == "__JUDGE_TEST__" else n
-
-        new = _Fill().visit(new)
-        return ast.copy_location(new, node)
-
-
-def _parse_code(src: str, what: str) -> ast.Module:
-    try:
-        return ast.parse(src)
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
-        raise BadGroundTruth(f"{what} does not parse: {type(e).__name__}: {e}")
-
-
-def _unparse(tree: ast.AST, what: str) -> str:
-    """Source of a rewritten tree, checked to parse again (the evaluator compiles it)."""
-    try:
-        src = ast.unparse(tree)
-        ast.parse(src)
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
-        raise BadGroundTruth(
-            f"{what} cannot be rewritten for the evaluator: {type(e).__name__}: {e}"
-        )
-    return src
-
-
-def _parse_asserts(cases: Any) -> Spec:
-    if not isinstance(cases, list) or not cases:
-        raise BadGroundTruth("'assert_case' must be a non-empty list of strings")
-    units = []
-    for k, c in enumerate(cases):
-        if not isinstance(c, str):
-            raise BadGroundTruth(f"assert_case[{k}] must be a string, got {type(c).__name__}")
-        tree = _parse_code(c, f"assert_case[{k}]")
-        rw = _AssertRewriter(fixed_id=k)
-        tree = ast.fix_missing_locations(rw.visit(tree))
-        if rw.n == 0:
-            raise BadGroundTruth(f"assert_case[{k}] contains no assert statement")
-        units.append(_unparse(tree, f"assert_case[{k}]"))
-    return Spec("check", len(cases), units={"kind": "asserts", "cases": units})
-
-
-def _parse_leetcode(gt: dict) -> Spec:
-    prefix = gt.get("import_prefix", "") or ""
-    test_code = gt.get("test_code")
-    entry = gt.get("entry_point")
-    if not isinstance(prefix, str):
-        raise BadGroundTruth(f"'import_prefix' must be a string, got {type(prefix).__name__}")
-    if not isinstance(test_code, str) or not test_code.strip():
-        raise BadGroundTruth("'test_code' must be a non-empty string")
-    if not isinstance(entry, str) or not entry.strip():
-        raise BadGroundTruth("'entry_point' must be a non-empty string")
-    _parse_code(prefix, "import_prefix")
-    try:
-        ast.parse(entry.strip(), mode="eval")
-    except SyntaxError as e:
-        raise BadGroundTruth(f"'entry_point' is not an expression: {e}")
-    tree = _parse_code(test_code, "test_code")
-    has_check = any(isinstance(n, ast.FunctionDef) and n.name == "check" for n in tree.body)
-    # Calls of check(...) at module level are replaced by ours (with the program's entry point).
-    tree.body = [
-        n
-        for n in tree.body
-        if not (
-            isinstance(n, ast.Expr)
-            and isinstance(n.value, ast.Call)
-            and isinstance(n.value.func, ast.Name)
-            and n.value.func.id == "check"
-        )
-    ]
-    rw = _AssertRewriter()
-    tree = ast.fix_missing_locations(rw.visit(tree))
-    if rw.n == 0:
-        raise BadGroundTruth("'test_code' contains no assert statement")
-    if has_check:
-        units = {
-            "kind": "leetcode",
-            "test_code": _unparse(tree, "test_code"),
-            "entry_point": entry.strip(),
-            "call": "check(__judge_candidate__)",
-        }
-    else:  # top-level asserts using `candidate`
-        units = {
-            "kind": "leetcode",
-            "test_code": "",
-            "entry_point": entry.strip(),
-            "call": "candidate = __judge_candidate__\n" + _unparse(tree, "test_code"),
-        }
-    return Spec("check", rw.n, prefix=prefix, units=units)
-
-
-# ---------------------------------------------------------------------------------------------
-# LiveCodeBench comparison rules: verifier/output_compare.py (bounded; run off the server's
-# threads by the scorer).
-
-
-def values_match(got: Any, expected: Any, taco: bool = False) -> bool:
-    """LiveCodeBench's call-based rule for a Python value: the judge applies it to the value's
-    wire encoding, exactly as a returned value arrives from the sandbox."""
-    if type(got) is tuple:
-        got = list(got)
-    blob = json.dumps(H.encode_message(got), allow_nan=True).encode()
-    return compare_return(blob, expected, taco)[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -374,7 +94,8 @@ def values_match(got: Any, expected: Any, taco: bool = False) -> bool:
 
 
 class _Stream:
-    """Parses and authenticates the harness's records as they arrive (see harness.py)."""
+    """Parses and authenticates the harness's records as they arrive (the record format:
+    verifier/harness/framing.py)."""
 
     def __init__(self, keys: list[bytes], on_record):
         self.keys = keys
@@ -390,7 +111,7 @@ class _Stream:
         while True:
             if len(self.buf) < 8:
                 return True
-            if self.buf[:4] != H.MAGIC:
+            if self.buf[:4] != framing.MAGIC:
                 self.error = "malformed record stream"
                 return False
             n = int.from_bytes(self.buf[4:8], "big")
@@ -406,14 +127,14 @@ class _Stream:
             except Exception:
                 self.error = "malformed record header"
                 return False
-            total = 8 + n + sum(sizes) + H.MAC_BYTES
+            total = 8 + n + sum(sizes) + framing.MAC_BYTES
             if len(self.buf) < total:
                 return True
             if self.seq >= len(self.keys):
                 self.error = "more records than keys"
                 return False
-            body = bytes(self.buf[: total - H.MAC_BYTES])
-            tag = bytes(self.buf[total - H.MAC_BYTES : total])
+            body = bytes(self.buf[: total - framing.MAC_BYTES])
+            tag = bytes(self.buf[total - framing.MAC_BYTES : total])
             want = hmac.new(self.keys[self.seq], body, hashlib.sha256).digest()
             if not hmac.compare_digest(tag, want) or head.get("seq") != self.seq:
                 self.error = f"record {self.seq} failed authentication"
@@ -623,11 +344,6 @@ def _score(
     except RecursionError:
         return Outcome(Status.INVALID_INPUT, "ground truth nested too deeply")
     total = spec.total
-    reason = getattr(sandbox, "unavailable_reason", None)
-    if reason:
-        return Outcome(
-            Status.SANDBOX_ERROR, f"code items are refused: no sandbox ({reason})", 0, total
-        )
     if not isinstance(response, str):
         return Outcome(Status.INVALID_INPUT, "'response' must be a string", 0, total)
     program, why_not = extract_program(response, profile)
@@ -690,8 +406,8 @@ def _score(
         return Outcome(
             Status.INVALID_INPUT, f"ground truth cannot be sent to the sandbox: {e}", 0, total
         )
-    raw = secrets.token_bytes(H.KEY_BYTES * (3 * total + 16))
-    keys = [raw[i : i + H.KEY_BYTES] for i in range(0, len(raw), H.KEY_BYTES)]
+    raw = secrets.token_bytes(framing.KEY_BYTES * (3 * total + 16))
+    keys = [raw[i : i + framing.KEY_BYTES] for i in range(0, len(raw), framing.KEY_BYTES)]
     stdin = len(payload).to_bytes(8, "big") + payload + b"".join(keys)
 
     judge = _Judge(spec, stop_on_fail, run_bounded, time.monotonic() + timeout)
@@ -700,10 +416,10 @@ def _score(
         wall_s=timeout,
         cpu_s=timeout + 1,
         memory_mb=memory_mb,
-        output_bytes=total * (PROGRAM_OUTPUT_BYTES + H.ERR_TAIL + 4096) + (1 << 20),
+        output_bytes=total * (PROGRAM_OUTPUT_BYTES + framing.ERR_TAIL + 4096) + (1 << 20),
     )
     try:
-        files, entry = _harness_files(sandbox)
+        files, entry = harness_files(sandbox)
         argv = [sandbox.python, *PYTHON_FLAGS, entry]
         run = sandbox.run(argv, stdin=stdin, files=files, limits=sb_limits, on_stdout=stream.feed)
     except Exception as e:
@@ -762,7 +478,8 @@ def _verdict(spec: Spec, judge: _Judge, stream: _Stream, run: RunResult, timeout
         )
     return Outcome(
         Status.RUNTIME_ERROR,
-        f"the judge harness ended without a verdict ({run.status}, exit {run.exit_code}, signal {run.signal})",
+        f"the judge harness ended without a verdict ({run.status}, exit {run.exit_code}, "
+        f"signal {run.signal})",
         passed,
         total,
     )

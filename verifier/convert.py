@@ -22,6 +22,10 @@ from verifier.items import (
 )
 from verifier.proto import verifier_pb2 as pb
 
+RETRY_AFTER_KEY = "retry-after-ms"
+"""Trailing-metadata key of a RESOURCE_EXHAUSTED answer: how long the server asks the client to
+wait before retrying, milliseconds (docs/contracts.md). The server sets it, the fleet reads it."""
+
 _REWARD_MODES = {pb.BINARY: "binary", pb.FRACTIONAL: "fractional"}
 
 

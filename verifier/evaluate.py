@@ -39,17 +39,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from verifier.client import ClientConfig
+from verifier.client import ClientConfig, VerifierClient
 from verifier.generations import Generation, read_generations_file
-from verifier.items import Item, Limits, Result, Status, VerifierError, item_from_dict
+from verifier.items import NOT_A_VERDICT, Item, Limits, Result, VerifierError, item_from_dict
 from verifier.lcb import LCB_REPORT_WINDOW, LcbQuestion
 from verifier.problems import DataError, Loaded, ProblemRow, load_rows
-from verifier.scoring import ScoringConfig
+from verifier.scoring import Scorer, ScoringConfig
 
 log = logging.getLogger(__name__)
-
-ERROR_STATUSES = (Status.INVALID_INPUT, Status.SANDBOX_ERROR, Status.INTERNAL_ERROR)
-"""Verdicts that say "this response could not be scored", not "this response is wrong"."""
 
 NO_SOURCE = "-"
 """The ``by_source`` key of problems without a ``data_source``."""
@@ -149,7 +146,7 @@ def _mean(values: Sequence[float]) -> float:
 
 
 @dataclass
-class Problem:
+class EvalProblem:
     """One line of a generations file."""
 
     line: int
@@ -172,8 +169,8 @@ class Problem:
                     self.data_source, self.limits, self.profile)
 
 
-def problem_from_dict(obj: Any, line: int) -> Problem | str:
-    """Build a Problem from a decoded JSON line, or return why it is malformed. The item
+def problem_from_dict(obj: Any, line: int) -> EvalProblem | str:
+    """Build an EvalProblem from a decoded JSON line, or return why it is malformed. The item
     envelope (domain, ground truth, data_source, limits) is checked by the same code as
     ``verifier check``; each response's own checks (e.g. its size) happen in the verifier."""
     if not isinstance(obj, dict):
@@ -195,7 +192,7 @@ def problem_from_dict(obj: Any, line: int) -> Problem | str:
     parsed = item_from_dict({**envelope, "id": str(pid), "response": ""}, index=line)
     if isinstance(parsed, tuple):
         return parsed[1].detail
-    return Problem(line, parsed.id, parsed.domain, parsed.ground_truth, parsed.data_source,
+    return EvalProblem(line, parsed.id, parsed.domain, parsed.ground_truth, parsed.data_source,
                    list(responses), parsed.limits)
 
 
@@ -203,7 +200,7 @@ def problem_from_dict(obj: Any, line: int) -> Problem | str:
 class Generations:
     """A parsed generations file: its problems, and the lines skipped with ``--skip-invalid``."""
 
-    problems: list[Problem]
+    problems: list[EvalProblem]
     skipped: list[dict[str, Any]] = field(default_factory=list)
     """``{"line": int, "reason": str}`` per skipped line."""
 
@@ -212,7 +209,7 @@ def read_generations(path: Path, skip_invalid: bool = False) -> Generations:
     """Parse a generations JSONL. A malformed line (bad JSON, missing fields, a duplicate
     problem id) raises VerifierError("invalid_argument") naming the file and line, or with
     ``skip_invalid`` is skipped and recorded. Blank lines are ignored."""
-    problems: list[Problem] = []
+    problems: list[EvalProblem] = []
     skipped: list[dict[str, Any]] = []
     first_line: dict[str, int] = {}
     with path.open(encoding="utf-8") as f:
@@ -220,10 +217,10 @@ def read_generations(path: Path, skip_invalid: bool = False) -> Generations:
             if not text.strip():
                 continue
             try:
-                parsed: Problem | str = problem_from_dict(json.loads(text), lineno)
+                parsed: EvalProblem | str = problem_from_dict(json.loads(text), lineno)
             except ValueError as e:
                 parsed = f"not valid JSON: {e}"
-            if isinstance(parsed, Problem) and parsed.id in first_line:
+            if isinstance(parsed, EvalProblem) and parsed.id in first_line:
                 first = first_line[parsed.id]
                 parsed = f"duplicate problem id {parsed.id!r} (first on line {first})"
             if isinstance(parsed, str):
@@ -241,7 +238,7 @@ def read_generations(path: Path, skip_invalid: bool = False) -> Generations:
     return Generations(problems, skipped)
 
 
-def resolve_k(problems: Sequence[Problem], k: int | None) -> int:
+def resolve_k(problems: Sequence[EvalProblem], k: int | None) -> int:
     """The k to report: the given one, or the smallest number of responses of any problem.
     Raises VerifierError("invalid_argument") when k < 1 or some problem has fewer than k."""
     if not problems:
@@ -281,8 +278,6 @@ def score_items(
             on_result(r)
 
     if addr is None:
-        from verifier.scoring import Scorer
-
         with Scorer(scoring or ScoringConfig()) as scorer:
             if scorer.sandbox_problem and any(it.domain == "code" for it in items):
                 log.warning("code items will get SANDBOX_ERROR: %s", scorer.sandbox_problem)
@@ -290,8 +285,6 @@ def score_items(
             for fut in futures:
                 record(fut.result())
     else:
-        from verifier.client import VerifierClient
-
         with VerifierClient(addr, client or ClientConfig()) as c:
             for r in c.stream(items):
                 record(r)
@@ -307,7 +300,7 @@ def score_items(
 # ---------------------------------------------------------------------------------------------
 
 
-def _group_summary(problems: Sequence[Problem], results: dict[str, Result], k: int) -> dict:
+def _group_summary(problems: Sequence[EvalProblem], results: dict[str, Result], k: int) -> dict:
     verdicts = [[results[p.wire_id(j)].correct for j in range(len(p.responses))] for p in problems]
     statuses = Counter(results[p.wire_id(j)].status.value
                        for p in problems for j in range(len(p.responses)))
@@ -315,13 +308,13 @@ def _group_summary(problems: Sequence[Problem], results: dict[str, Result], k: i
         "n_problems": len(problems),
         "n_responses": sum(len(v) for v in verdicts),
         **metrics(verdicts, k),
-        "errors": {s.value: statuses[s.value] for s in ERROR_STATUSES if statuses[s.value]},
+        "errors": {s.value: statuses[s.value] for s in NOT_A_VERDICT if statuses[s.value]},
         "statuses": dict(sorted(statuses.items())),
     }
 
 
 def summarize(
-    problems: Sequence[Problem],
+    problems: Sequence[EvalProblem],
     results: dict[str, Result],
     k: int,
     skipped: Sequence[dict[str, Any]] = (),
@@ -332,7 +325,7 @@ def summarize(
     response order). Responses with an error status count as incorrect here;
     ``errors_counted_as_incorrect`` says whether any did."""
     overall = _group_summary(problems, results, k)
-    groups: dict[str, list[Problem]] = defaultdict(list)
+    groups: dict[str, list[EvalProblem]] = defaultdict(list)
     for p in problems:
         groups[p.data_source or NO_SOURCE].append(p)
     ns = [len(p.responses) for p in problems]
@@ -357,12 +350,12 @@ def summarize(
 
 
 def error_message(
-    problems: Sequence[Problem], results: dict[str, Result], limit: int = 3
+    problems: Sequence[EvalProblem], results: dict[str, Result], limit: int = 3
 ) -> str | None:
     """None when every response was scored; else a message with counts per error status and
     the first few failing responses."""
     failed = [(p, j, results[p.wire_id(j)]) for p in problems for j in range(len(p.responses))
-              if results[p.wire_id(j)].status in ERROR_STATUSES]
+              if results[p.wire_id(j)].status in NOT_A_VERDICT]
     if not failed:
         return None
     counts = Counter(r.status.value for _, _, r in failed)
@@ -376,7 +369,7 @@ def error_message(
             "Pass --allow-errors to count them as incorrect (--results-output lists them all).")
 
 
-def response_records(problems: Sequence[Problem], results: dict[str, Result]) -> Iterable[dict]:
+def response_records(problems: Sequence[EvalProblem], results: dict[str, Result]) -> Iterable[dict]:
     """One JSON-ready record per scored response, in input order."""
     for p in problems:
         for j in range(len(p.responses)):
@@ -423,7 +416,7 @@ def eval_table(summary: dict[str, Any], title: str | None = None) -> Table:
 class Joined:
     """Problems matched with their generations, and what was left out of every number."""
 
-    problems: list[Problem]
+    problems: list[EvalProblem]
     lcb: dict[str, LcbQuestion]
     """The LiveCodeBench question of each LiveCodeBench problem, by id."""
     missing: list[str]
@@ -449,7 +442,7 @@ def join_generations(rows: Loaded[ProblemRow], generations: Sequence[Generation]
                             f"problems files: {shown}{more}", "invalid_argument")
     by_id = {g.id: g for g in generations}
     outside_ids = {r.id for r in rows.outside_window}
-    problems: list[Problem] = []
+    problems: list[EvalProblem] = []
     lcb: dict[str, LcbQuestion] = {}
     missing: list[str] = []
     for row in rows.problems:
@@ -458,7 +451,7 @@ def join_generations(rows: Loaded[ProblemRow], generations: Sequence[Generation]
             missing.append(row.id)
             continue
         prof = lcb_profile if row.lcb is not None else profile
-        problems.append(Problem(len(problems) + 1, row.id, row.domain, row.ground_truth,
+        problems.append(EvalProblem(len(problems) + 1, row.id, row.domain, row.ground_truth,
                                 row.data_source, list(gen.responses), Limits(), prof))
         if row.lcb is not None:
             lcb[row.id] = row.lcb
@@ -466,8 +459,8 @@ def join_generations(rows: Loaded[ProblemRow], generations: Sequence[Generation]
                   sum(1 for g in generations if g.id in outside_ids))
 
 
-def _pass1_by(problems: Sequence[Problem], results: dict[str, Result],
-              key: Callable[[Problem], str]) -> dict[str, dict[str, Any]]:
+def _pass1_by(problems: Sequence[EvalProblem], results: dict[str, Result],
+              key: Callable[[EvalProblem], str]) -> dict[str, dict[str, Any]]:
     groups: dict[str, list[list[bool]]] = defaultdict(list)
     for p in problems:
         groups[key(p)].append([results[p.wire_id(j)].correct for j in range(len(p.responses))])
@@ -609,7 +602,7 @@ def _write_json_lines(path: Path, records: Iterable[dict]) -> None:
             f.write(json.dumps(rec) + "\n")
 
 
-def _score(cfg: EvalConfig, problems: Sequence[Problem]) -> dict[str, Result]:
+def _score(cfg: EvalConfig, problems: Sequence[EvalProblem]) -> dict[str, Result]:
     """Score every response with a progress bar; write ``--results-output``; raise unless
     every response was judged (or ``allow_errors``)."""
     items = [p.item(j) for p in problems for j in range(len(p.responses))]

@@ -34,24 +34,21 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from verifier.auth import AUTH_HEADER, client_credentials, client_token
-from verifier.convert import encode_item, result_from_proto
+from verifier.client_config import ClientConfig
+from verifier.convert import RETRY_AFTER_KEY, encode_item, result_from_proto
 from verifier.items import Item, Result, VerifierError
 from verifier.proto import verifier_pb2 as pb
 from verifier.proto import verifier_pb2_grpc as pb_grpc
 
-if TYPE_CHECKING:
-    from verifier.client import ClientConfig
-
 log = logging.getLogger("verifier.client")
 
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
-RETRY_AFTER_KEY = "retry-after-ms"
 
 getaddrinfo = socket.getaddrinfo  # the resolver (tests replace it to fake a multi-address name)
 
@@ -123,7 +120,7 @@ def resolve(host: str, port: int) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-def backoff_s(attempt: int, cfg: "ClientConfig") -> float:
+def backoff_s(attempt: int, cfg: ClientConfig) -> float:
     base = min(cfg.max_backoff_s, cfg.backoff_s * (2 ** min(attempt, 30)))
     return base * (0.5 + random.random() / 2)
 
@@ -139,7 +136,7 @@ def retry_hint_s(err: grpc.RpcError) -> float | None:
     return None
 
 
-def channel_options(cfg: "ClientConfig", server_name: str | None = None) -> list[tuple[str, Any]]:
+def channel_options(cfg: ClientConfig, server_name: str | None = None) -> list[tuple[str, Any]]:
     n = cfg.max_message_mb * 1024 * 1024
     opts: list[tuple[str, Any]] = [
         ("grpc.max_receive_message_length", n),
@@ -163,7 +160,7 @@ def channel_options(cfg: "ClientConfig", server_name: str | None = None) -> list
 class Replica:
     """One server: its channel, stubs, health and counters."""
 
-    def __init__(self, address: str, cfg: "ClientConfig", server_name: str | None,
+    def __init__(self, address: str, cfg: ClientConfig, server_name: str | None,
                  credentials: grpc.ChannelCredentials | None):
         self.address = address
         opts = channel_options(cfg, server_name)
@@ -184,7 +181,7 @@ class Replica:
         self.answered = 0
         self.failed = 0
 
-    def record_failure(self, cfg: "ClientConfig", hint_s: float | None = None) -> float:
+    def record_failure(self, cfg: ClientConfig, hint_s: float | None = None) -> float:
         with self.lock:
             self.failures += 1
             self.failed += 1
@@ -216,7 +213,7 @@ class Replica:
 class Fleet:
     """The replicas behind one address string (static entries and resolved DNS names)."""
 
-    def __init__(self, address: str, cfg: "ClientConfig"):
+    def __init__(self, address: str, cfg: ClientConfig):
         self.address = address
         self.cfg = cfg
         self.targets = parse_address(address)

@@ -42,6 +42,11 @@ class Status(str, enum.Enum):
     INTERNAL_ERROR = "INTERNAL_ERROR"
 
 
+NOT_A_VERDICT = (Status.INVALID_INPUT, Status.SANDBOX_ERROR, Status.INTERNAL_ERROR)
+"""Statuses that say "this response could not be scored", not "this response is wrong": a
+trainer must not read them as reward 0, and evaluation counts them as errors."""
+
+
 class VerifierError(Exception):
     """The one domain exception of the verifier. ``code`` is mapped to a gRPC status code at the
     service boundary (verifier/server.py) and nowhere else.

@@ -109,7 +109,7 @@ def decode_lcb_tests(value: Any) -> list[dict[str, Any]]:
 def encode_lcb_tests(tests: list[dict[str, Any]]) -> str:
     """The release files' compressed form of ``tests`` (for fixtures and tests): base64 of zlib
     of a pickled JSON string."""
-    import pickle  # only ever used to *write* the release form; never to read it
+    import pickle  # lazy: only ever used to *write* the release form; never to read it
 
     return base64.b64encode(zlib.compress(pickle.dumps(json.dumps(tests)))).decode()
 

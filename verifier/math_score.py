@@ -176,8 +176,8 @@ def _integer_verdict(answer: str, golds: list[str]) -> Outcome | None:
 def warm_up() -> None:
     """Import math-verify and sympy and score a few trivial items, so that a worker's first real
     item is not slow. Called once when a worker process starts."""
-    import math_verify  # noqa: F401
-    import sympy  # noqa: F401
+    import math_verify  # noqa: F401  # lazy: warms a worker process up (~1 s)
+    import sympy  # noqa: F401  # lazy: warms a worker process up
 
     limits = Limits()
     score_math("\\boxed{1}", "1", limits)
@@ -276,6 +276,7 @@ def _score_released(response: str, ground_truth: Any, deadline: float) -> Outcom
     string is one of the golds, or when math-verify calls it equivalent to ``\boxed{gold}``
     for some gold. None of this project's fixes applies (factorial near-misses, ``\pm`` sets,
     bomb checks): the worker's hard deadline bounds the work."""
+    # lazy: math-verify/sympy load in the math worker processes only (~1 s)
     from math_verify import parse, verify
 
     golds = _checked(response, ground_truth)
@@ -317,6 +318,7 @@ def _no_match(answer: str, golds: list[str]) -> Outcome:
 
 
 def _parse(latex: str, timeout_s: int) -> list[Any]:
+    # lazy: math-verify/sympy load in the math worker processes only (~1 s)
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
 
     return parse(
@@ -327,6 +329,7 @@ def _parse(latex: str, timeout_s: int) -> list[Any]:
 
 
 def _equivalent(gold: list[Any], answer: list[Any], timeout_s: int) -> bool:
+    # lazy: math-verify/sympy load in the math worker processes only (~1 s)
     from math_verify import verify
 
     if not gold or not answer:
@@ -344,6 +347,7 @@ def _exact_numbers_differ(gold: Any, answer: Any, timeout_s: int) -> bool:
     """True when both sides are exact closed-form numbers (no symbols, decimals or percentages)
     whose values differ, though math-verify's rounding called them equal: ``1/2004!`` vs
     ``1/2006!``. False when unsure (the math-verify verdict then stands)."""
+    # lazy (these three): math-verify/sympy load in the math worker processes only (~1 s)
     from math_verify.errors import TimeoutException
     from math_verify.utils import timeout
     from sympy import Expr, Float, UnevaluatedExpr

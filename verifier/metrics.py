@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
@@ -85,8 +85,7 @@ class ServerMetrics:
         self._http: Any = None
 
     def attach_scorer(self, scorer: Any) -> None:
-        works = (scorer.sandbox is not None and scorer.sandbox_problem is None
-                 and not getattr(scorer.sandbox, "unavailable_reason", None))
+        works = scorer.sandbox is not None and scorer.sandbox_problem is None
         self.sandbox_up.set(1 if works else 0)
         self.registry.register(_Restarts(lambda: scorer.worker_restarts))
 
@@ -117,8 +116,6 @@ class ServerMetrics:
     # -- endpoint ---------------------------------------------------------------------------
     def serve_http(self, host: str, port: int) -> int:
         """Start the /metrics endpoint; returns the bound port (``port`` 0 picks one)."""
-        from prometheus_client import start_http_server
-
         httpd, _thread = start_http_server(port, addr=host, registry=self.registry)
         self._http = httpd
         return int(httpd.server_port)

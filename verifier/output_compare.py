@@ -30,6 +30,8 @@ import math
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from verifier.harness.codec import encode_message
+
 SHORT = 80  # characters of a value shown in a verdict's message
 
 
@@ -89,7 +91,7 @@ def compare_stdout(got: bytes, expected: str) -> tuple[bool, str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Call-based return values, compared on their wire encoding (verifier/harness/harness.py's
+# Call-based return values, compared on their wire encoding (verifier/harness/codec.py's
 # Encoder: JSON values stand for themselves, other values are {"$": tag, "v": ...}).
 
 _NUMBER = (bool, int, float)
@@ -313,3 +315,12 @@ def _push_seq(stack: list, seq: list, open_: str, close: str, w: _Writer) -> Non
         if i < len(part) - 1:
             stack.append(_Lit(", "))
     w.put(open_)
+
+
+def values_match(got: Any, expected: Any, taco: bool = False) -> bool:
+    """LiveCodeBench's call-based rule for a Python value: the judge applies it to the value's
+    wire encoding, exactly as a returned value arrives from the sandbox."""
+    if type(got) is tuple:
+        got = list(got)
+    blob = json.dumps(encode_message(got), allow_nan=True).encode()
+    return compare_return(blob, expected, taco)[0]

@@ -263,12 +263,6 @@ class DeadlinePool:
             ) from None
         return fut
 
-    def warm(self, fn: Callable[..., Any], args: tuple = (), deadline_s: float = 60.0) -> None:
-        """Run ``fn`` once on every worker (e.g. to pay first-call costs before serving)."""
-        futures = [self.submit(fn, args, deadline_s, block_s=deadline_s) for _ in self._slots]
-        for f in futures:
-            f.result()
-
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Stop accepting tasks, let running ones finish (each is bounded by its deadline),
         cancel those still queued, and stop the worker processes."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generic, Literal, Sequence, TypeVar
 
-from verifier.code_score import BadGroundTruth, parse_ground_truth
+from verifier.ground_truth import BadGroundTruth, parse_ground_truth
 from verifier.lcb import (LCB_DATA_SOURCE, LCB_REPORT_WINDOW, LcbQuestion, in_window,
                           is_lcb_row, parse_lcb_row)
 
@@ -199,7 +199,7 @@ def read_rows(path: str | Path) -> list[tuple[str, int, Any]]:
     if path.suffix == ".parquet":
         try:
             # Lazy: pyarrow belongs to the train/dev extras, and only parquet input needs it.
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # lazy: optional heavy dependency (parquet files only)
         except ImportError:
             raise DataError(f"{path}: reading parquet needs pyarrow (pip install pyarrow, or "
                             "the project's train extra)") from None

@@ -13,17 +13,16 @@ import threading
 import time
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable
 
+from sandbox import SandboxKind, SandboxUnavailable, create_sandbox
 from verifier.items import Item, Limits, Outcome, Result, Status, VerifierError, validate_item
-from verifier.math_score import quick_verdict
+from verifier.code_score import score_code
+from verifier.math_score import quick_verdict, score_math
 from verifier.pool import DeadlineExceeded, DeadlinePool, TaskFailed, WorkerDied
 from verifier.profiles import Profile, ProfileName, get_profile
 
 log = logging.getLogger(__name__)
-
-SandboxKind = Literal["nsjail", "docker", "unsafe-none"]
-
 
 @dataclass
 class ScoringConfig:
@@ -65,8 +64,6 @@ def _preload_modules() -> tuple[str, ...]:
 
 
 def _math_task(response: str, ground_truth: Any, limits: Limits, profile: str) -> Outcome:
-    from verifier.math_score import score_math
-
     return score_math(response, ground_truth, limits, get_profile(profile))
 
 
@@ -238,8 +235,6 @@ class Scorer:
         sandbox = self.sandbox
 
         def run() -> Result:
-            from verifier.code_score import score_code
-
             try:
                 outcome = score_code(
                     item.response,
@@ -280,12 +275,7 @@ def open_sandbox(kind: SandboxKind, **options: Any) -> tuple[Any | None, str | N
     ``(None, why)``: with no working sandbox the service still scores math and answers every
     code item with SANDBOX_ERROR naming the reason (never an unsandboxed run)."""
     try:
-        from sandbox import SandboxUnavailable, create_sandbox
-    except ImportError as e:
-        return None, f"sandbox package unavailable: {e}"
-    try:
-        sb = create_sandbox(kind, **options)
-        sb.self_test()
+        sb = create_sandbox(kind, **options)  # runs the self-test, once
     except SandboxUnavailable as e:
         log.error("sandbox self-test failed; code items will get SANDBOX_ERROR",
                   extra={"sandbox": kind, "reason": str(e)})

@@ -31,7 +31,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from verifier.auth import TokenInterceptor, TokenSource, server_credentials
-from verifier.convert import item_from_proto, result_to_proto
+from verifier.convert import RETRY_AFTER_KEY, item_from_proto, result_to_proto
 from verifier.items import Result, Status, VerifierError
 from verifier.metrics import ServerMetrics
 from verifier.proto import verifier_pb2 as pb
@@ -51,7 +51,6 @@ _GRPC_CODES = {
     "internal": grpc.StatusCode.INTERNAL,
     "unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
 }
-RETRY_AFTER_KEY = "retry-after-ms"
 RETRY_AFTER_MS = 500
 """The retry hint sent with RESOURCE_EXHAUSTED: about the time a 2-worker server needs to
 work through a few hundred queued math items."""

@@ -19,8 +19,8 @@ import threading
 from typing import Any, Mapping
 
 from verifier.client import ClientConfig, VerifierClient
-from verifier.evaluate import ERROR_STATUSES
-from verifier.items import DOMAINS, Limits, Result, VerifierError, limits_from_dict
+from verifier.items import (DOMAINS, NOT_A_VERDICT, Limits, Result, VerifierError,
+                            limits_from_dict)
 from verifier.local import LocalVerifier
 
 log = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ def score_in_order(client: VerifierClient, items: list[dict[str, Any]]) -> list[
 
 
 def is_judged(result: Result) -> bool:
-    return result.status not in ERROR_STATUSES
+    return result.status not in NOT_A_VERDICT
 
 
 def unjudged_error(bad: list[tuple[str, Result]], total: int, hint: str) -> UnjudgedError:

@@ -1,0 +1,369 @@
+"""Running one local process with a deadline and bounded, streamed output (what every backend's
+``run`` does underneath: nsjail and unsafe-none start their jail or program with it).
+
+``run_process`` in named steps: start the process (``_start``), watch its pipes and its pidfd
+(``_Run.__init__``), pump stdin in and stdout/stderr/log out until it exits, the deadline passes
+or a cap or the stdout hook stops it (``_Run.pump``), then stop it, reap it for its resource
+usage and drain what is left (``_Run.finish``). The caller never hangs: every wait is bounded by
+the wall deadline, and the process group is killed before this returns.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from .base import StdoutHook
+
+__all__ = ["ProcessOutcome", "append_capped", "run_process"]
+
+_READ = 65536
+EXIT_GRACE_S = 0.5
+"""After the process itself exits, how long its pipes may still deliver what it wrote (a
+descendant that escaped it may hold them open; it must not keep the run alive)."""
+STOP_GRACE_S = 2.0
+"""How long a process asked to stop with a signal other than SIGKILL gets before its process
+group is killed (nsjail turns SIGTERM into killing the jail and cleaning its cgroups)."""
+REAP_LIMIT_S = 10.0
+"""The longest ``wait4`` polling for an already killed process before giving up on it."""
+
+
+@dataclass
+class ProcessOutcome:
+    returncode: int | None
+    wall_s: float
+    cpu_s: float
+    maxrss_kb: int
+    stdout: bytes
+    stderr: bytes
+    log: bytes
+    timed_out: bool = False
+    output_exceeded: bool = False
+    stopped: bool = False
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    hook_error: str = ""
+    spawn_error: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def append_capped(buf: bytearray, data: bytes, limit: int) -> bool:
+    """Append ``data`` to ``buf`` without letting it grow past ``limit`` bytes (the output cap:
+    never buffer more than that); True when something had to be cut off."""
+    room = limit - len(buf)
+    buf += data[:room]
+    return len(data) > room
+
+
+def run_process(
+    argv: list[str],
+    *,
+    stdin: bytes,
+    wall_s: float,
+    output_bytes: int,
+    on_stdout: StdoutHook | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    log_fd_arg: bool = False,
+    preexec_fn: Callable[[], None] | None = None,
+    stop_signal: int = signal.SIGKILL,
+    log_bytes: int = 256 * 1024,
+) -> ProcessOutcome:
+    """Run ``argv`` in a new session, feed ``stdin``, read stdout/stderr (each capped at
+    ``output_bytes``; stdout streamed to ``on_stdout`` when given) until the process exits or
+    ``wall_s`` passes. Then the process is stopped with ``stop_signal`` (then SIGKILL to its
+    process group after a grace period) and reaped with ``wait4`` for its resource usage.
+
+    With ``log_fd_arg`` a pipe is passed to the child and the literal ``{LOG_FD}`` in ``argv``
+    is replaced by its descriptor number (nsjail's ``--log_fd``); its content comes back in
+    ``ProcessOutcome.log`` (capped)."""
+    start = time.monotonic()
+    started = _start(argv, env=env, cwd=cwd, log_fd_arg=log_fd_arg, preexec_fn=preexec_fn)
+    if isinstance(started, ProcessOutcome):
+        return started
+    proc, log_r = started
+    run = _Run(proc, log_r, stdin, deadline=start + wall_s, output_bytes=output_bytes,
+               on_stdout=on_stdout, log_bytes=log_bytes)
+    try:
+        run.pump()
+    finally:
+        run.finish(stop_signal)
+    out = run.outcome
+    out.wall_s = time.monotonic() - start
+    return out
+
+
+def _start(
+    argv: list[str],
+    *,
+    env: Mapping[str, str] | None,
+    cwd: str | None,
+    log_fd_arg: bool,
+    preexec_fn: Callable[[], None] | None,
+) -> tuple[subprocess.Popen, int] | ProcessOutcome:
+    """Start the process in its own session (so its whole group can be killed), with the log
+    pipe when asked. Returns it and the log pipe's read end (-1 without), or the failure."""
+    log_r = log_w = -1
+    pass_fds: tuple[int, ...] = ()
+    if log_fd_arg:
+        log_r, log_w = os.pipe2(os.O_CLOEXEC)
+        pass_fds = (log_w,)
+        argv = [a.replace("{LOG_FD}", str(log_w)) for a in argv]
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            close_fds=True,
+            pass_fds=pass_fds,
+            start_new_session=True,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            preexec_fn=preexec_fn,
+        )
+    except OSError as e:
+        if log_r >= 0:
+            os.close(log_r)
+        return ProcessOutcome(
+            None, 0.0, 0.0, 0, b"", b"", b"", spawn_error=f"cannot start {argv[0]!r}: {e}"
+        )
+    finally:
+        if log_w >= 0:
+            os.close(log_w)
+    return proc, log_r
+
+
+class _Run:
+    """One started process: its pipes, what was read from them, and why it was stopped."""
+
+    def __init__(self, proc: subprocess.Popen, log_r: int, stdin: bytes, *, deadline: float,
+                 output_bytes: int, on_stdout: StdoutHook | None, log_bytes: int) -> None:
+        self.proc = proc
+        self.log_r = log_r
+        self.deadline = deadline
+        self.output_bytes = output_bytes
+        self.on_stdout = on_stdout
+        self.log_bytes = log_bytes
+        self.out = bytearray()
+        self.err = bytearray()
+        self.log = bytearray()
+        self.outcome = ProcessOutcome(None, 0.0, 0.0, 0, b"", b"", b"")
+        self.stop_reason = ""
+        self.streamed = 0
+        self.exited = False
+        self.fds: dict[int, str] = {}
+        assert proc.stdin and proc.stdout and proc.stderr
+        self.in_fd = proc.stdin.fileno()
+        os.set_blocking(self.in_fd, False)
+        for f, tag in ((proc.stdout.fileno(), "out"), (proc.stderr.fileno(), "err")):
+            os.set_blocking(f, False)
+            self.fds[f] = tag
+        if log_r >= 0:
+            os.set_blocking(log_r, False)
+            self.fds[log_r] = "log"
+        self.poller = select.poll()
+        for f in self.fds:
+            self.poller.register(f, select.POLLIN | select.POLLHUP | select.POLLERR)
+        # A pidfd tells us when the process itself has exited: descendants that escaped it
+        # (only possible without a PID namespace) must not keep the run alive by holding the
+        # pipes open.
+        try:
+            self.pidfd = os.pidfd_open(proc.pid)
+            self.poller.register(self.pidfd, select.POLLIN)
+        except (AttributeError, OSError):
+            self.pidfd = -1
+        self.view = memoryview(stdin)
+        self.pos = 0
+        if len(self.view):
+            self.poller.register(self.in_fd, select.POLLOUT | select.POLLERR)
+        else:
+            proc.stdin.close()
+            self.in_fd = -1
+
+    # -- the loop -------------------------------------------------------------------------
+    def pump(self) -> None:
+        """Move bytes until every output pipe is closed, the deadline passes (once the process
+        has exited, ``EXIT_GRACE_S`` after that) or a reason to stop is found."""
+        while self.fds:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                if not self.exited:
+                    self.outcome.timed_out = True
+                    self.stop_reason = "timeout"
+                return
+            try:
+                events = self.poller.poll(min(remaining, 1.0) * 1000)
+            except InterruptedError:  # pragma: no cover (PEP 475 retries)
+                continue
+            for f, ev in events:
+                if f == self.pidfd:
+                    self._process_exited()
+                elif f == self.in_fd:
+                    self._feed_stdin(ev)
+                elif f in self.fds:
+                    self._read(f)
+                    if self.stop_reason:
+                        return
+
+    def _process_exited(self) -> None:
+        self.poller.unregister(self.pidfd)
+        self.exited = True
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.deadline = min(self.deadline, time.monotonic() + EXIT_GRACE_S)
+
+    def _feed_stdin(self, ev: int) -> None:
+        if not ev & select.POLLERR:
+            try:
+                self.pos += os.write(self.in_fd, self.view[self.pos : self.pos + _READ])
+            except BlockingIOError:
+                return
+            except (BrokenPipeError, OSError):
+                self.pos = len(self.view)
+            if self.pos < len(self.view):
+                return
+        self.poller.unregister(self.in_fd)
+        assert self.proc.stdin
+        self.proc.stdin.close()
+        self.in_fd = -1
+
+    def _read(self, f: int) -> None:
+        """Read one chunk of pipe ``f`` and keep it (capped), stream it, or stop the run."""
+        try:
+            chunk = os.read(f, _READ)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.poller.unregister(f)
+            del self.fds[f]
+            return
+        tag = self.fds[f]
+        if tag == "out":
+            self._stdout(chunk)
+        elif tag == "err":
+            if append_capped(self.err, chunk, self.output_bytes):
+                self._over_cap(stderr=True)
+        else:
+            self.log += chunk[: max(0, self.log_bytes - len(self.log))]
+
+    def _stdout(self, chunk: bytes) -> None:
+        if self.on_stdout is None:
+            if append_capped(self.out, chunk, self.output_bytes):
+                self._over_cap(stderr=False)
+            return
+        self.streamed += len(chunk)
+        if self.streamed > self.output_bytes:
+            self._over_cap(stderr=False)
+            return
+        try:
+            keep_going = self.on_stdout(chunk)
+        except Exception as e:  # a bug in the hook must not leak the process
+            self.outcome.hook_error = f"{type(e).__name__}: {e}"
+            keep_going = False
+        if keep_going is False:
+            self.outcome.stopped = True
+            self.stop_reason = "stopped"
+
+    def _over_cap(self, stderr: bool) -> None:
+        self.outcome.output_exceeded = True
+        if stderr:
+            self.outcome.stderr_truncated = True
+        else:
+            self.outcome.stdout_truncated = True
+        self.stop_reason = "output"
+
+    # -- the end ----------------------------------------------------------------------------
+    def finish(self, stop_signal: int) -> None:
+        """Stop the process (if it has not exited), reap it, drain the log pipe and close
+        every descriptor; fills the outcome."""
+        proc = self.proc
+        if self.stop_reason or not _exited(proc):
+            _stop(proc, stop_signal if self.stop_reason else signal.SIGKILL)
+        rc, cpu, rss = _reap(proc)
+        # The process is gone; drain what is left in the log pipe without blocking.
+        for f, tag in list(self.fds.items()):
+            if tag == "log":
+                try:
+                    while len(self.log) < self.log_bytes:
+                        chunk = os.read(f, _READ)
+                        if not chunk:
+                            break
+                        self.log += chunk
+                except OSError:
+                    pass
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        if self.log_r >= 0:
+            os.close(self.log_r)
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+        o = self.outcome
+        o.returncode, o.cpu_s, o.maxrss_kb = rc, cpu, rss
+        o.stdout, o.stderr, o.log = bytes(self.out), bytes(self.err), bytes(self.log)
+
+
+def _stop(proc: subprocess.Popen, sig: int) -> None:
+    """Ask the process to stop with ``sig`` (nsjail turns SIGTERM into SIGKILL of the whole jail
+    and then cleans up its cgroups); SIGKILL its process group if it has not exited after a
+    grace period."""
+    try:
+        os.kill(proc.pid, sig)
+    except ProcessLookupError:
+        return
+    grace = time.monotonic() + (STOP_GRACE_S if sig != signal.SIGKILL else 0.0)
+    while time.monotonic() < grace:
+        if _exited(proc):
+            return
+        time.sleep(0.002)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _exited(proc: subprocess.Popen) -> bool:
+    try:
+        r = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return r is not None
+
+
+def _reap(proc: subprocess.Popen) -> tuple[int | None, float, int]:
+    """wait4 the child (for its rusage: CPU of it and its reaped descendants, max RSS of the
+    largest). Never blocks for long: the caller has already killed it when needed."""
+    deadline = time.monotonic() + REAP_LIMIT_S
+    while True:
+        try:
+            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+        except ChildProcessError:
+            return proc.returncode, 0.0, 0
+        if pid:
+            rc = os.waitstatus_to_exitcode(status)
+            proc.returncode = rc
+            return rc, ru.ru_utime + ru.ru_stime, ru.ru_maxrss
+        if time.monotonic() > deadline:  # pragma: no cover (unkillable process)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            # Why a thread: the process did not die within REAP_LIMIT_S of SIGKILL (stuck in
+            # the kernel); someone must still wait for it so it does not stay a zombie.
+            threading.Thread(target=proc.wait, daemon=True).start()
+            return None, 0.0, 0
+        time.sleep(0.001)

@@ -1,0 +1,31 @@
+"""The harness shipped into the jail (verifier/harness/harness.py) is generated from its parts
+(codec.py, framing.py, control.py, runners.py): it must be exactly what the generator makes of
+them now, so an edit to a part that was not regenerated fails here and not in a jail."""
+
+from __future__ import annotations
+
+import ast
+
+from verifier.harness import build, harness_source
+
+
+def test_shipped_harness_is_current() -> None:
+    assert harness_source().decode() == build.build(), (
+        "verifier/harness/harness.py is stale: run `python -m verifier.harness.build`")
+
+
+def test_shipped_harness_is_self_contained() -> None:
+    """One file, standard library only: no import of a sibling part or of the package."""
+    tree = ast.parse(harness_source())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 0 and not (node.module or "").startswith("verifier"), node.module
+        elif isinstance(node, ast.Import):
+            assert not any(a.name.startswith("verifier") for a in node.names)
+
+
+def test_every_part_is_in_the_shipped_file() -> None:
+    text = harness_source().decode()
+    for part in build.PARTS:
+        assert f"# {part}\n" in text
+    assert "def main():" in text and 'if __name__ == "__main__":' in text

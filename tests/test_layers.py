@@ -1,0 +1,146 @@
+"""The layers of the repository, read from the imports of every source file (``ast``: top-level
+and inside functions alike), so that a forbidden import fails the suite instead of a review.
+
+    sandbox  <-  verifier  <-  trainer
+
+- nothing in ``verifier/`` or ``sandbox/`` imports ``trainer`` or ``torch`` (the verifier
+  deploys on CPU-only pods without the training stack);
+- ``sandbox/`` imports nothing from ``verifier/`` (the verifier uses the sandbox, not the
+  other way round);
+- ``trainer/`` imports from ``verifier`` only its public surface (``PUBLIC_SURFACE`` below,
+  written down in verifier/__init__.py too): the clients, the item/result/status types, the
+  problem and ground-truth formats, the evaluation metrics, starting a local verifier and the
+  shared logging set-up. Not the scorers, the sandbox, the harness, the server or the CLI.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import verifier
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PUBLIC_SURFACE = frozenset({
+    "verifier",                 # the package: Item, Limits, Outcome, Result, Status, VerifierError
+    "verifier.client",          # VerifierClient, AsyncVerifierClient, ClientConfig
+    "verifier.client_config",   # ClientConfig (re-exported by verifier.client)
+    "verifier.fleet",           # many replicas behind one client
+    "verifier.items",           # items, limits, results, statuses, NOT_A_VERDICT
+    "verifier.problems",        # problem rows and their file formats
+    "verifier.ground_truth",    # the code ground-truth format, parsed (pure)
+    "verifier.lcb",             # LiveCodeBench's rows, prompts and windows
+    "verifier.evaluate",        # evaluation metrics and reports
+    "verifier.local",           # starting a local verifier
+    "verifier.logs",            # the shared logging set-up
+})
+
+FORBIDDEN_BELOW_TRAINER = ("trainer", "torch")
+
+
+@dataclass(frozen=True)
+class Import:
+    path: str
+    line: int
+    module: str
+
+
+def _is_under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def imports_of(source: str, path: str, package: str) -> list[Import]:
+    """Every module ``source`` imports (relative imports resolved against ``package``, the
+    dotted package the file is in); ``from pkg import name`` also counts ``pkg.name`` when that
+    is a module, so ``from verifier import code_score`` is seen as ``verifier.code_score``."""
+    out: list[Import] = []
+    for node in ast.walk(ast.parse(source, path)):
+        if isinstance(node, ast.Import):
+            out += [Import(path, node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            out.append(Import(path, node.lineno, module))
+            for a in node.names:
+                sub = f"{module}.{a.name}"
+                if _module_exists(sub):
+                    out.append(Import(path, node.lineno, sub))
+    return out
+
+
+def _module_exists(dotted: str) -> bool:
+    rel = Path(*dotted.split("."))
+    return (ROOT / rel.with_suffix(".py")).is_file() or (ROOT / rel / "__init__.py").is_file()
+
+
+def violations(imports: list[Import], layer: str) -> list[str]:
+    """The imports that break the rules of ``layer`` ("verifier", "sandbox" or "trainer")."""
+    bad: list[str] = []
+    for imp in imports:
+        where = f"{imp.path}:{imp.line} imports {imp.module}"
+        if layer in ("verifier", "sandbox"):
+            if any(_is_under(imp.module, p) for p in FORBIDDEN_BELOW_TRAINER):
+                bad.append(f"{where} (nothing below the trainer imports trainer or torch)")
+        if layer == "sandbox" and _is_under(imp.module, "verifier"):
+            bad.append(f"{where} (the sandbox does not import the verifier)")
+        if layer == "trainer" and _is_under(imp.module, "verifier"):
+            if imp.module not in PUBLIC_SURFACE:
+                bad.append(f"{where} (not the verifier's public surface: "
+                           f"{', '.join(sorted(PUBLIC_SURFACE))})")
+    return bad
+
+
+def layer_imports(layer: str) -> list[Import]:
+    out: list[Import] = []
+    for path in sorted((ROOT / layer).rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        package = ".".join(rel.with_suffix("").parts[:-1]) if path.name != "__init__.py" \
+            else ".".join(rel.parts[:-1])
+        out += imports_of(path.read_text(encoding="utf-8"), str(rel), package)
+    return out
+
+
+@pytest.mark.parametrize("layer", ["verifier", "sandbox", "trainer"])
+def test_layer_keeps_its_imports(layer: str) -> None:
+    imports = layer_imports(layer)
+    assert imports, f"no imports read from {layer}/"
+    assert violations(imports, layer) == []
+
+
+def test_the_public_surface_is_written_down_in_the_package() -> None:
+    doc = verifier.__doc__ or ""
+    missing = [m for m in sorted(PUBLIC_SURFACE) if m != "verifier" and m not in doc]
+    assert not missing, f"verifier/__init__.py's docstring does not list {missing}"
+    assert all(_module_exists(m) for m in PUBLIC_SURFACE)
+
+
+# -- the checker catches what it should (a test that can never fail proves nothing) ----------
+
+SNIPPETS = {
+    ("verifier", "verifier.scoring"): "def f():\n    import torch\n",
+    ("verifier", "verifier"): "from trainer.loop import Trainer\n",
+    ("sandbox", "sandbox.x"): "from verifier.items import Status\n",
+    ("sandbox", "sandbox"): "import verifier.items as vi\n",
+    ("trainer", "trainer"): "from verifier.code_score import score_code\n",
+    ("trainer", "trainer.data"): "def f():\n    from verifier import code_score\n",
+    ("trainer", "trainer.cli"): "import verifier.cli\n",
+}
+
+
+@pytest.mark.parametrize("layer,package", list(SNIPPETS), ids=lambda x: str(x))
+def test_checker_catches_a_forbidden_import(layer: str, package: str) -> None:
+    source = SNIPPETS[(layer, package)]
+    assert violations(imports_of(source, "<snippet>", package), layer), source
+
+
+def test_checker_allows_the_public_surface() -> None:
+    source = ("from verifier.client import VerifierClient\nfrom verifier import items\n"
+              "from verifier.items import NOT_A_VERDICT\nimport verifier.local\n")
+    assert violations(imports_of(source, "<snippet>", "trainer"), "trainer") == []

@@ -1,0 +1,190 @@
+"""Framing: length-prefixed JSON messages between the jail's processes (the evaluator and the
+program's process), and the HMAC-authenticated record stream from the harness to the judge
+(see runners.py's docstring for the protocol).
+
+Part of the judge's harness (generated into ``harness.py`` by ``python -m
+verifier.harness.build``); the judge imports its constants. Standard library only, and only
+modules that are cheap to import in the jail (no hashlib, no json until a message needs it).
+"""
+
+import os
+import select
+import time
+
+from .codec import DecodeError
+
+try:  # builtin on most builds; hashlib would pull in OpenSSL (2 ms of start-up)
+    from _sha256 import sha256 as _sha256
+except ImportError:  # pragma: no cover
+    try:
+        from _sha2 import sha256 as _sha256
+    except ImportError:
+        from hashlib import sha256 as _sha256
+
+
+class _LazyJson:
+    """``json`` costs ~4 ms to import (it pulls in ``re``); the stdin/stdout path never needs it."""
+
+    def __getattr__(self, name):
+        import json as _json  # lazy: ~4 ms in the jail; stdin/stdout tests never need it
+
+        globals()["json"] = _json
+        return getattr(_json, name)
+
+
+json = _LazyJson()
+
+MAGIC = b"MGK1"
+KEY_BYTES = 32
+MAC_BYTES = 32
+MSG_CAP = 64 * 1024 * 1024  # largest message between the evaluator and the program
+ERR_TAIL = 4096  # the most of a test's stderr a record carries
+
+# ---------------------------------------------------------------------------------------------
+# Low-level plumbing.
+
+
+def read_exact(fd, n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            raise EOFError(f"stream ended after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def send_msg(fd, obj):
+    data = json.dumps(obj, separators=(",", ":"), allow_nan=True).encode()
+    write_all(fd, len(data).to_bytes(4, "big") + data)
+
+
+class MsgReader:
+    """Length-prefixed JSON messages from a non-blocking fd, with a size cap."""
+
+    def __init__(self, fd, cap=MSG_CAP):
+        self.fd = fd
+        self.buf = bytearray()
+        self.cap = cap
+        self.eof = False
+
+    def feed(self):
+        try:
+            chunk = os.read(self.fd, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.eof = True
+        self.buf += chunk
+
+    def take(self):
+        """The next whole message, or None. Raises DecodeError for anything that is not a
+        length-prefixed JSON object under the cap (the stream is then unusable)."""
+        if len(self.buf) < 4:
+            return None
+        n = int.from_bytes(self.buf[:4], "big")
+        if n > self.cap:
+            raise DecodeError(f"message of {n} bytes over the {self.cap}-byte cap")
+        if len(self.buf) < 4 + n:
+            return None
+        data = bytes(self.buf[4 : 4 + n])
+        del self.buf[: 4 + n]
+        try:
+            msg = json.loads(data)
+        except (ValueError, RecursionError, MemoryError) as e:
+            raise DecodeError(f"malformed message ({type(e).__name__})")
+        if not isinstance(msg, dict):
+            raise DecodeError("malformed message (not an object)")
+        return msg
+
+    def next_blocking(self):
+        """Block until a whole message (returned) or the end of the stream (None)."""
+        os.set_blocking(self.fd, True)
+        while True:
+            m = self.take()
+            if m is not None:
+                return m
+            self.feed()
+            if self.eof:
+                return None
+
+
+def recv_msg(reader, deadline):
+    """Wait for one message until ``deadline``. Returns the message, "timeout" or "eof";
+    raises DecodeError for a malformed one."""
+    os.set_blocking(reader.fd, False)
+    poller = select.poll()
+    poller.register(reader.fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    while True:
+        m = reader.take()
+        if m is not None:
+            return m
+        if reader.eof:
+            return "eof"
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return "timeout"
+        for _fd, _ev in poller.poll(remaining * 1000):
+            reader.feed()
+
+
+def hmac_sha256(key, parts):
+    """RFC 2104 HMAC-SHA256 (the same as ``hmac.new(key, msg, sha256)``) without importing
+    hashlib/hmac."""
+    k = key.ljust(64, b"\0") if len(key) <= 64 else _sha256(key).digest().ljust(64, b"\0")
+    inner = _sha256(bytes(b ^ 0x36 for b in k))
+    for p in parts:
+        inner.update(p)
+    return _sha256(bytes(b ^ 0x5C for b in k) + inner.digest()).digest()
+
+
+_SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-. ")
+
+
+def _dumps(d):
+    """JSON for flat records of plain values, without importing json when it can be avoided."""
+    out = []
+    for k, v in d.items():
+        if v is None:
+            t = "null"
+        elif v is True:
+            t = "true"
+        elif v is False:
+            t = "false"
+        elif type(v) is int:
+            t = str(v)
+        elif type(v) is float and v == v and v not in (float("inf"), float("-inf")):
+            t = repr(v)
+        elif type(v) is str and set(v) <= _SAFE:
+            t = '"' + v + '"'
+        elif type(v) is list and all(type(x) is int for x in v):
+            t = "[" + ",".join(map(str, v)) + "]"
+        else:
+            return json.dumps(d, separators=(",", ":")).encode()
+        out.append('"' + k + '":' + t)
+    return ("{" + ",".join(out) + "}").encode()
+
+
+class Reporter:
+    """The authenticated record stream to the judge (stdout). See the module docstring."""
+
+    def __init__(self):
+        self.seq = 0
+
+    def emit(self, rec, blobs=()):
+        key = read_exact(0, KEY_BYTES)
+        rec = dict(rec, seq=self.seq, blobs=[len(b) for b in blobs])
+        head = _dumps(rec)
+        frame = [MAGIC, len(head).to_bytes(4, "big"), head, *blobs]
+        frame.append(hmac_sha256(key, frame))
+        write_all(1, b"".join(frame))
+        self.seq += 1
