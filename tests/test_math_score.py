@@ -402,3 +402,29 @@ def test_quick_verdict_leaves_the_rest_to_the_full_rules(response, gold) -> None
     from verifier.math_score import quick_verdict
 
     assert quick_verdict(response, gold) is None
+
+
+# -- per-call budgets are CPU time, not wall-clock time ----------------------------------------
+
+def test_the_call_budget_counts_cpu_not_waiting() -> None:
+    """A call that waits (a loaded machine: the process is not scheduled) keeps its budget; one
+    that computes past it is stopped."""
+    assert math_score.limited(time.sleep, math_score.CALL_TIMEOUT_S * 1.5) is None
+
+    def spin() -> None:
+        while True:
+            pass
+
+    with pytest.raises(math_score.CallTimeout):
+        math_score.limited(spin)
+
+
+def test_a_call_out_of_cpu_is_a_timeout_never_a_silent_incorrect(monkeypatch) -> None:
+    """math-verify reads its own alarm as "no parse"/"not equal"; a right answer must not come
+    back INCORRECT because a call ran out of time (it did, under load, for ``x = 936``)."""
+    monkeypatch.setattr(math_score, "CALL_TIMEOUT_S", 1e-6)
+    outcome = score_math(box("x = 936"), "936", LIMITS)
+    assert outcome.status is Status.TIMEOUT, outcome
+    assert "CPU" in outcome.detail
+    monkeypatch.undo()
+    assert score_math(box("x = 936"), "936", LIMITS).status is Status.CORRECT

@@ -35,9 +35,13 @@ Rules chosen where the design leaves a choice (each one is tested):
   ``3.14`` does not equal ``\\pi``); the exact-number check above only applies when neither side
   holds a decimal or a percentage.
 
-math-verify bounds its parsing and comparison with SIGALRM, which only works on a process's main
+Each math-verify call (a parse, a comparison) gets CALL_TIMEOUT_S of the process's CPU time,
+measured by ITIMER_PROF, not math-verify's own SIGALRM wall-clock alarm: on a loaded machine a
+one-second wall alarm fired inside plain answers (``x = 936``), and math-verify reads its own
+timeout as "no parse" or "not equal", so a right answer came back INCORRECT. A call that runs
+out of CPU is a TIMEOUT verdict, never a silent INCORRECT. Signals only reach a process's main
 thread: the service scores in worker processes' main threads. Called from another thread (an
-in-process caller), the per-call timeouts are off and the bomb checks plus the caller's own
+in-process caller), the per-call limits are off and the bomb checks plus the caller's own
 deadline bound the work.
 """
 
@@ -47,6 +51,7 @@ import decimal
 import logging
 import math
 import re
+import signal
 import threading
 import time
 from typing import Any
@@ -77,12 +82,43 @@ sharply with nesting (tens of levels take seconds); real answers nest 3 or 4 dee
 MAX_EXACT_DIGITS = 20_000
 """Largest exact number (in decimal digits, estimated) an answer may ask sympy to compute:
 ``2004!`` (5,700 digits) and ``2^{10000}`` pass, ``(10^8)!`` and ``9^{9^{9^9}}`` do not."""
-CALL_TIMEOUT_S = 1
-"""math-verify's per-call timeout (parse, one comparison), whole seconds (SIGALRM)."""
+CALL_TIMEOUT_S = 1.0
+"""CPU seconds one math-verify call (a parse, a comparison) may use (ITIMER_PROF)."""
+RELEASED_CALL_S = 5.0
+"""The "skywork" profile's per-call budget: math-verify's default 5 s, as released."""
 DEFAULT_TIMEOUT_S = 5.0
 """Soft budget for one item when ``limits.timeout_s`` is unset (the service's math default)."""
 _DETAIL_CHARS = 60
 DEFAULT_PROFILE = PROFILE_TABLE["default"]
+
+
+class CallTimeout(BaseException):
+    """A math-verify call ran past its CPU budget. A BaseException: math-verify and sympy catch
+    ``Exception`` everywhere and would turn it into "no parse" or "not equal"."""
+
+
+def _on_sigprof(signum: int, frame: Any) -> None:
+    raise CallTimeout
+
+
+def limited(fn: Any, *args: Any, cpu_s: float | None = None, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` under a budget of ``cpu_s`` (default CALL_TIMEOUT_S) of this
+    process's CPU time; CallTimeout past it. Off outside the main thread (signals reach the
+    main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return fn(*args, **kwargs)
+    previous = signal.signal(signal.SIGPROF, _on_sigprof)
+    signal.setitimer(signal.ITIMER_PROF, CALL_TIMEOUT_S if cpu_s is None else cpu_s)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
+
+
+def _timed_out() -> Outcome:
+    return Outcome(Status.TIMEOUT, f"math-verify used over {CALL_TIMEOUT_S:g} s of CPU on one "
+                                   "parse or comparison")
 
 
 # --------------------------------------------------------------------------------------------
@@ -176,9 +212,13 @@ def _integer_verdict(answer: str, golds: list[str]) -> Outcome | None:
 def warm_up() -> None:
     """Import math-verify and sympy and score a few trivial items, so that a worker's first real
     item is not slow. Called once when a worker process starts."""
-    import math_verify  # noqa: F401  # lazy: warms a worker process up (~1 s)
+    import math_verify  # lazy: warms a worker process up (~1 s)
     import sympy  # noqa: F401  # lazy: warms a worker process up
 
+    # The first parse loads math-verify's LaTeX grammar: seconds of CPU, done here without a
+    # budget so that no CPU limit can interrupt it halfway through an import.
+    math_verify.verify(math_verify.parse("\\boxed{\\frac{1}{2}}", parsing_timeout=0),
+                       math_verify.parse("\\boxed{0.5}", parsing_timeout=0), timeout_seconds=0)
     limits = Limits()
     score_math("\\boxed{1}", "1", limits)
     score_math("\\boxed{\\left(\\frac{1}{2}, \\sqrt{2}\\right)}", "(0.5, \\sqrt{2})", limits)
@@ -251,18 +291,20 @@ def _judge(answer: str, golds: list[str], deadline: float) -> Outcome:
         log.debug("answer not handed to sympy: %s", problem)
         return Outcome(Status.INCORRECT, f"answer too large to evaluate: {problem}")
 
-    timeout_s = CALL_TIMEOUT_S if threading.current_thread() is threading.main_thread() else 0
     parsed_answer: list[Any] | None = None
-    for gold in golds:
-        if _too_big(gold) is not None:
-            continue  # only the string comparison above applies to a gold sympy cannot take
-        if time.monotonic() > deadline:
-            return Outcome(Status.TIMEOUT, "math scoring ran past its time budget")
-        if parsed_answer is None:
-            parsed_answer = _parse(answer, timeout_s)
-        parsed_gold = _parse(gold, timeout_s)
-        if _equivalent(parsed_gold, parsed_answer, timeout_s):
-            return Outcome(Status.CORRECT, _matches(answer, gold))
+    try:
+        for gold in golds:
+            if _too_big(gold) is not None:
+                continue  # only the string comparison above applies to a gold sympy cannot take
+            if time.monotonic() > deadline:
+                return Outcome(Status.TIMEOUT, "math scoring ran past its time budget")
+            if parsed_answer is None:
+                parsed_answer = _parse(answer)
+            parsed_gold = _parse(gold)
+            if _equivalent(parsed_gold, parsed_answer):
+                return Outcome(Status.CORRECT, _matches(answer, gold))
+    except CallTimeout:
+        return _timed_out()
 
     return _no_match(answer, golds)
 
@@ -283,9 +325,10 @@ def _score_released(response: str, ground_truth: Any, deadline: float) -> Outcom
     if isinstance(golds, Outcome):
         return golds
     region = response.split("</think>")[1] if "</think>" in response else response
-    timeout_s = CALL_TIMEOUT_S * 5 if threading.current_thread() is threading.main_thread() else 0
     try:
-        parsed = parse(region, parsing_timeout=timeout_s)
+        parsed = limited(parse, region, cpu_s=RELEASED_CALL_S, parsing_timeout=0)
+    except CallTimeout:
+        return _timed_out()
     except Exception as e:  # noqa: BLE001 - the release scores any parse failure as 0
         return Outcome(Status.NO_ANSWER, f"math-verify could not parse the answer: {type(e).__name__}")
     if len(parsed) < 2:
@@ -297,9 +340,12 @@ def _score_released(response: str, ground_truth: Any, deadline: float) -> Outcom
         if time.monotonic() > deadline:
             return Outcome(Status.TIMEOUT, "math scoring ran past its time budget")
         try:
-            if verify(parse(f"\\boxed{{{gold}}}", parsing_timeout=timeout_s), parsed,
-                      timeout_seconds=timeout_s):
+            gold_parsed = limited(parse, f"\\boxed{{{gold}}}", cpu_s=RELEASED_CALL_S,
+                                  parsing_timeout=0)
+            if limited(verify, gold_parsed, parsed, cpu_s=RELEASED_CALL_S, timeout_seconds=0):
                 return Outcome(Status.CORRECT, _matches(answer, gold))
+        except CallTimeout:
+            return _timed_out()
         except Exception:  # noqa: BLE001 - as released: a failed comparison is no match
             continue
     return _no_match(answer, golds)
@@ -317,39 +363,39 @@ def _no_match(answer: str, golds: list[str]) -> Outcome:
     )
 
 
-def _parse(latex: str, timeout_s: int) -> list[Any]:
+def _parse(latex: str) -> list[Any]:
+    """math-verify's parse of ``\\boxed{latex}`` under :func:`limited` (its own alarm off)."""
     # lazy: math-verify/sympy load in the math worker processes only (~1 s)
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
 
-    return parse(
+    return limited(
+        parse,
         "\\boxed{" + _DOLLAR.sub("", latex) + "}",
         extraction_config=(LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()),
-        parsing_timeout=timeout_s,
+        parsing_timeout=0,
     )
 
 
-def _equivalent(gold: list[Any], answer: list[Any], timeout_s: int) -> bool:
+def _equivalent(gold: list[Any], answer: list[Any]) -> bool:
     # lazy: math-verify/sympy load in the math worker processes only (~1 s)
     from math_verify import verify
 
     if not gold or not answer:
         return False
-    if not verify(gold, answer, timeout_seconds=timeout_s):
+    if not limited(verify, gold, answer, timeout_seconds=0):
         return False
     g, a = gold[0], answer[0]
-    if _exact_numbers_differ(g, a, timeout_s):
+    if _exact_numbers_differ(g, a):
         log.debug("math-verify matched exact numbers that differ")
         return False
     return True
 
 
-def _exact_numbers_differ(gold: Any, answer: Any, timeout_s: int) -> bool:
+def _exact_numbers_differ(gold: Any, answer: Any) -> bool:
     """True when both sides are exact closed-form numbers (no symbols, decimals or percentages)
     whose values differ, though math-verify's rounding called them equal: ``1/2004!`` vs
     ``1/2006!``. False when unsure (the math-verify verdict then stands)."""
-    # lazy (these three): math-verify/sympy load in the math worker processes only (~1 s)
-    from math_verify.errors import TimeoutException
-    from math_verify.utils import timeout
+    # lazy: math-verify/sympy load in the math worker processes only (~1 s)
     from sympy import Expr, Float, UnevaluatedExpr
 
     if not (isinstance(gold, Expr) and isinstance(answer, Expr)):
@@ -371,8 +417,8 @@ def _exact_numbers_differ(gold: Any, answer: Any, timeout_s: int) -> bool:
         return bool(abs(gv - av) > scale * 1e-20)
 
     try:
-        return timeout(timeout_seconds=timeout_s)(check)()
-    except (Exception, TimeoutException):  # unsure: keep math-verify's verdict
+        return limited(check)
+    except (Exception, CallTimeout):  # unsure: keep math-verify's verdict
         log.debug("exact-number check failed", exc_info=True)
         return False
 
