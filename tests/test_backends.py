@@ -16,6 +16,7 @@ import torch
 from tests.ds_worker import LINEAR, make_batch
 from trainer import magic
 from trainer.backends import BackendConfig, check_model_path, create_backend
+from trainer.backends import common
 from trainer.backends.common import UPDATE_METRIC_KEYS, target_logprobs, token_stats
 from trainer.config_schema import field_docs
 from trainer.backends.torch_backend import TorchBackend
@@ -449,3 +450,125 @@ def test_a_reference_too_large_for_the_memory_is_refused_before_loading(model_di
         create_backend(tight, model_dir)
     with pytest.raises(ValueError, match="reference_memory_gib must be None or > 0"):
         BackendConfig(reference_memory_gib=0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 17: the output layer on response positions only; on-policy updates without the
+# separate old-log-prob forward
+# ---------------------------------------------------------------------------------------------
+
+SPLITS = {
+    "float32": BackendConfig(),
+    "float32, one position per chunk (checkpointed chunks)": BackendConfig(entropy_chunk_size=1),
+    "gradient checkpointing": BackendConfig(gradient_checkpointing=True, entropy_chunk_size=5),
+    "bfloat16 autocast": BackendConfig(dtype="bfloat16", entropy_chunk_size=7),
+}
+
+
+@pytest.mark.parametrize("name", list(SPLITS))
+def test_response_only_stats_equal_the_full_computation(model_dir, data, name):
+    """token_stats over the split model (decoder, then the output layer on the response
+    positions only, chunk by chunk) gives the log-probs, entropies and gradients of the full
+    logits [B, L, V], at every response position; the other positions hold 0."""
+    batch = data[0]
+    backend = TorchBackend(SPLITS[name], model_dir)
+    backend.model.train()  # as in the update (gradient checkpointing needs it)
+    mask = batch.response_mask  # [B, L-1]
+    chunk = backend.config.entropy_chunk_size
+    ids, attn = batch.input_ids, batch.attention_mask
+
+    def stats_and_grads(forward, positions):
+        backend.model.zero_grad(set_to_none=True)
+        lp, ent = token_stats(forward, ids, attn, positions=positions, entropy="grad",
+                              chunk_size=chunk)  # [B, L-1] x2
+        w = torch.linspace(0.5, 1.5, lp.numel()).view_as(lp)  # distinct weight per position
+        ((lp * w * mask).sum() + (ent * w * mask).sum()).backward()
+        return lp.detach(), ent.detach(), {n: p.grad.clone()
+                                           for n, p in backend.model.named_parameters()}
+
+    lp_full, ent_full, g_full = stats_and_grads(backend._forward_logits, None)
+    lp, ent, g = stats_and_grads(backend._policy_forward(), mask)
+    assert backend._policy_forward().head is not None  # the split path, not full logits
+    tol = {"atol": 1e-5, "rtol": 1e-5} if name != "bfloat16 autocast" else {"atol": 1e-2,
+                                                                             "rtol": 1e-2}
+    torch.testing.assert_close(lp[mask], lp_full[mask], **tol)
+    torch.testing.assert_close(ent[mask], ent_full[mask], **tol)
+    assert bool((lp[~mask] == 0).all()) and bool((ent[~mask] == 0).all())
+    for k in g_full:
+        scale = float(g_full[k].abs().max()) + 1e-12
+        assert float((g[k] - g_full[k]).abs().max()) / scale < (
+            1e-4 if name != "bfloat16 autocast" else 5e-2), k
+
+
+def test_response_only_logprobs_equal_the_full_ones_on_response_positions(model_dir, data):
+    batch = data[0]
+    backend = TorchBackend(BackendConfig(), model_dir)
+    full = backend.logprobs(batch, 3)  # [B, L-1]
+    resp = backend.logprobs(batch, 3, response_only=True)  # [B, L-1]
+    mask = batch.response_mask
+    torch.testing.assert_close(resp[mask], full[mask], atol=1e-6, rtol=1e-6)
+    assert bool((resp[~mask] == 0).all())
+
+
+def relative_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor],
+                  before: dict[str, torch.Tensor]) -> float:
+    """max |a - b| relative to the largest weight change of the update ``before -> b``."""
+    return max_diff(a, b) / max_diff(b, before)
+
+
+ON_POLICY_CASES = {
+    "plain, 3 rows per micro-batch": (LINEAR, LossSettings(clip_high=0.28), 3),
+    "entropy bonus, 1 row per micro-batch": (LINEAR, LossSettings(clip_high=0.28,
+                                                                  entropy_coef=0.01), 1),
+    "gradient checkpointing": (dataclasses.replace(LINEAR, gradient_checkpointing=True),
+                               LossSettings(entropy_coef=0.01), 4),
+    "KL to a kept reference": (dataclasses.replace(LINEAR, keep_reference=True),
+                               LossSettings(kl_coef=0.1, entropy_coef=0.01), 3),
+}
+
+
+@pytest.mark.parametrize("name", list(ON_POLICY_CASES))
+def test_on_policy_update_without_old_logprobs_equals_the_recomputed_path(model_dir, data,
+                                                                          name):
+    """One mini-batch: the old policy IS the current one, so old_logprobs=None (the training
+    forward's detached log-probs) gives the update of the separate no-grad forward."""
+    config, loss, mbs = ON_POLICY_CASES[name]
+    batch, _, adv = data
+    a = TorchBackend(config, model_dir)
+    before = weights(a)
+    ma = a.update(batch, a.logprobs(batch, mbs, response_only=True), adv, whole(batch, mbs),
+                  loss)
+    b = TorchBackend(config, model_dir)
+    mb = b.update(batch, None, adv, whole(batch, mbs), loss)
+    assert max_diff(weights(a), before) > 1e-2  # a large update: the equality means something
+    assert relative_diff(weights(b), weights(a), before) < 1e-6
+    assert mb["losses/ratio_mean"] == 1.0 and mb["losses/clipfrac"] == 0.0
+    assert mb["losses/approx_kl"] == 0.0
+    for key in ("losses/policy", "entropy", "grad_norm", "losses/num_tokens", "losses/kl"):
+        assert mb.get(key, 0.0) == pytest.approx(ma.get(key, 0.0), rel=1e-5, abs=1e-7), key
+
+
+def test_on_policy_update_runs_one_forward_per_micro_batch(model_dir, data):
+    """The extra forward is skipped: with old_logprobs=None the policy runs once per
+    micro-batch (the training forward), against twice with the recomputed old log-probs."""
+    batch, _, adv = data
+    backend = TorchBackend(LINEAR, model_dir)
+    calls = []
+    split = backend._split
+    backend._split = common.SplitForward(
+        lambda ids, attn, keep: calls.append(len(ids)) or split.body(ids, attn, keep),
+        split.head)
+    backend.update(batch, None, adv, whole(batch, 3), LossSettings())
+    assert calls == [3, 3, 2]  # 8 rows, 3 per micro-batch: the update's forwards only
+    calls.clear()
+    old = backend.logprobs(batch, 3, response_only=True)
+    backend.update(batch, old, adv, whole(batch, 3), LossSettings())
+    assert calls == [3, 3, 2, 3, 3, 2]
+
+
+def test_old_logprobs_none_needs_a_single_minibatch(model_dir, data):
+    batch, _, adv = data
+    backend = TorchBackend(LINEAR, model_dir)
+    plan = UpdatePlan([torch.tensor([0, 1, 2, 3]), torch.tensor([4, 5, 6, 7])], 2)
+    with pytest.raises(ValueError, match="exactly one mini-batch"):
+        backend.update(batch, None, adv, plan, LossSettings())

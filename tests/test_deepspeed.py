@@ -147,6 +147,35 @@ def test_save_load_resumes_identically(model_dir, tmp_path, stage):
     assert max_diff(resumed, continued) < 1e-7
 
 
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("stage", [0, 3])
+def test_world_of_one_on_policy_update_equals_torch_backend(model_dir, stage):
+    """Issue 17: on-policy (one mini-batch, old_logprobs=None: the training forward's detached
+    log-probs) DeepSpeed gives TorchBackend's recomputed-old-log-prob update, with its output
+    layer on the response positions only (HF's logits_to_keep through the engine)."""
+    batch, _, adv = make_batch()
+    plan = one_minibatch(len(batch))
+    torch_backend = TorchBackend(LINEAR, model_dir)
+    before = weights(torch_backend)
+    ref_metrics = torch_backend.update(batch, torch_backend.logprobs(batch, 4), adv, plan, LOSS)
+    want = weights(torch_backend)
+    backend = ds_backend(model_dir, stage)
+    try:
+        old = backend.logprobs(batch, 3, response_only=True)
+        torch.testing.assert_close(old[batch.response_mask],
+                                   TorchBackend(LINEAR, model_dir).logprobs(batch, 3)[
+                                       batch.response_mask], atol=1e-6, rtol=0)
+        metrics = backend.update(batch, None, adv, plan, LOSS)
+        got = weights(backend)
+    finally:
+        backend.close()
+    assert max_diff(want, before) > 1e-2
+    assert max_diff(got, want) / max_diff(want, before) < 1e-5
+    assert metrics["losses/ratio_mean"] == 1.0
+    for key in ("grad_norm", "entropy", "losses/policy", "losses/num_tokens"):
+        assert metrics[key] == pytest.approx(ref_metrics[key], rel=rel_tol(key), abs=1e-7), key
+
+
 def test_deepspeed_backend_rejects_a_missing_model(tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         DeepSpeedBackend(BackendConfig(kind="deepspeed"), tmp_path / "missing")

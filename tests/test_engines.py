@@ -220,3 +220,77 @@ def test_invalid_params_rejected(engine: Any, prompts: list[list[int]]) -> None:
         engine.generate(prompts, SamplingParams(max_tokens=0))
     with pytest.raises(ValueError, match="at least one token"):
         engine.generate([[]], SamplingParams(n=1, max_tokens=2))
+
+
+# -- issue 17: one batch, finished chunks streamed out of it ---------------------------------
+
+def _eos_prone(eng: Any, prompts: list[list[int]], eos: int, strength: float) -> None:
+    """Move E[eos] towards the mean final hidden state (tied embeddings): EOS becomes likely
+    but not certain, so rows stop at different steps."""
+    emb = eng.model.model.embed_tokens.weight
+    with torch.no_grad():
+        h = eng.model.model(torch.tensor([prompts[0]])).last_hidden_state[0].mean(0)  # [H]
+        emb[eos] += strength * h / h.norm()
+
+
+def test_one_batch_streams_each_finished_chunk_once_while_generating(
+        ckpt: Path, tok: Any, prompts: list[list[int]]) -> None:
+    """engine.one_batch: every prompt in ONE generate call; a chunk (here one prompt's 4
+    samples) goes to on_done as soon as all its rows emitted EOS, while the batch goes on;
+    chunks with a truncated row follow at the end. Each chunk exactly once, whole, and the
+    same completions as returned (in prompt order)."""
+    eng = create_engine(EngineConfig(chunk_size=1, dtype="float32", one_batch=True), ckpt, tok)
+    eos = tok.eos_token_id
+    _eos_prone(eng, prompts, eos, 3.0)
+    steps = [0]
+    forward = eng.model.forward
+
+    def counting_forward(*a: Any, **k: Any) -> Any:
+        steps[0] += 1
+        return forward(*a, **k)
+
+    eng.model.forward = counting_forward
+    calls: list[tuple[int, list[Completion]]] = []
+    generate_calls = [0]
+    original = eng.model.generate
+
+    def counting_generate(*a: Any, **k: Any) -> Any:
+        generate_calls[0] += 1
+        return original(*a, **k)
+
+    eng.model.generate = counting_generate
+    params = SamplingParams(n=4, temperature=1.0, max_tokens=30, seed=5)
+    comps = eng.generate(prompts, params, on_done=lambda c: calls.append((steps[0], c)))
+    total = steps[0]
+    eng.close()
+    assert generate_calls[0] == 1  # one batch of 5 x 4 rows
+    assert sorted(c[0].prompt_index for _, c in calls) == list(range(len(prompts)))
+    for _, chunk in calls:  # whole chunks: one prompt, all its samples
+        assert len({c.prompt_index for c in chunk}) == 1
+        assert sorted(c.sample_index for c in chunk) == [0, 1, 2, 3]
+    early = [(at, chunk) for at, chunk in calls if at < total]
+    assert early, "no chunk was handed over before the batch ended"
+    for _, chunk in early:  # handed over mid-batch: every row had stopped on EOS
+        assert all(c.token_ids[-1] == eos and not c.truncated for c in chunk)
+    assert [(c.prompt_index, c.sample_index) for c in comps] == [
+        (i, j) for i in range(len(prompts)) for j in range(4)]
+    streamed = {(c.prompt_index, c.sample_index): c for _, chunk in calls for c in chunk}
+    assert all(streamed[(c.prompt_index, c.sample_index)] == c for c in comps)
+    for c in comps:  # padding after EOS stripped, truncation flagged as before
+        assert eos not in c.token_ids[:-1]
+        assert c.truncated == (len(c.token_ids) == 30 and c.token_ids[-1] != eos)
+
+
+def test_one_batch_greedy_equals_chunk_by_chunk(ckpt: Path, tok: Any,
+                                                prompts: list[list[int]]) -> None:
+    greedy = SamplingParams(n=2, temperature=0.0, max_tokens=10)
+    chunked = create_engine(EngineConfig(chunk_size=2, dtype="float32"), ckpt, tok)
+    one = create_engine(EngineConfig(chunk_size=2, dtype="float32", one_batch=True), ckpt, tok)
+    calls: list[list[Completion]] = []
+    assert one.generate(prompts, greedy, on_done=calls.append) == chunked.generate(prompts,
+                                                                                  greedy)
+    assert sorted(len(c) for c in calls) == [2, 4, 4]  # chunks of 2, 2, 1 prompts x 2
+    seeded = SamplingParams(n=3, max_tokens=12, seed=4)
+    assert _ids(one.generate(prompts, seeded)) == _ids(one.generate(prompts, seeded))
+    chunked.close()
+    one.close()

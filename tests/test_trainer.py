@@ -229,6 +229,43 @@ def test_verification_overlaps_generation(data, policy, tmp_path) -> None:
     assert metrics["time/verify_wait"] < metrics["time/generate"]
 
 
+@pytest.mark.parametrize("mini_batch_size, old_forwards", [(None, 0), (2, 1)])
+def test_on_policy_steps_skip_the_old_logprob_forward(data, policy, tmp_path, mini_batch_size,
+                                                      old_forwards) -> None:
+    """Issue 17: with N_SGD = 1 (MAGIC's default) a step runs no separate no-grad forward for
+    the old log-probs (the update's own forward gives them); two mini-batches (N_SGD = 2) keep
+    the recomputation, over the response positions only."""
+    from trainer.loop import Trainer
+
+    extra = {} if mini_batch_size is None else {"magic__mini_batch_size": mini_batch_size}
+    cfg = demo_config(data, tmp_path, policy, eval__every_steps=0, magic__online_filter=False,
+                      **extra)
+    trainer = Trainer(cfg)
+    calls: list[dict] = []
+    original_logprobs, original_update = trainer.backend.logprobs, trainer.backend.update
+    updates: list[object] = []
+
+    def logprobs(batch, micro_batch_size, **kw):
+        calls.append(kw)
+        return original_logprobs(batch, micro_batch_size, **kw)
+
+    def update(batch, old_logprobs, *args, **kw):
+        updates.append(old_logprobs)
+        return original_update(batch, old_logprobs, *args, **kw)
+
+    trainer.backend.logprobs, trainer.backend.update = logprobs, update
+    try:
+        metrics = trainer.train_step()
+    finally:
+        trainer.close()
+    assert len(updates) == 1 and metrics["optimizer_steps"] == (1 if mini_batch_size is None
+                                                                else 2)
+    assert calls == [{"response_only": True}] * old_forwards
+    assert (updates[0] is None) == (old_forwards == 0)
+    if old_forwards == 0:
+        assert metrics["losses/ratio_mean"] == 1.0 and metrics["losses/clipfrac"] == 0.0
+
+
 def _weights(path: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 

@@ -150,17 +150,21 @@ class TrainingBackend(Protocol):
     rank: int
     world_size: int
 
-    def logprobs(self, batch: TokenBatch, micro_batch_size: int) -> torch.Tensor:
+    def logprobs(self, batch: TokenBatch, micro_batch_size: int, *,
+                 response_only: bool = False) -> torch.Tensor:
         """log pi(target) for every target token, no grad: ``[B, L-1]`` float32 (padding
-        positions hold 0). Used for the old (rollout-policy) log-probs."""
+        positions hold 0). Used for the old (rollout-policy) log-probs. ``response_only``:
+        only the response targets are computed, the others hold 0."""
         ...
 
-    def update(self, batch: TokenBatch, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-               plan: UpdatePlan, loss: LossSettings,
+    def update(self, batch: TokenBatch, old_logprobs: torch.Tensor | None,
+               advantages: torch.Tensor, plan: UpdatePlan, loss: LossSettings,
                ref_logprobs: torch.Tensor | None = None) -> dict[str, float]:
         """Apply ``plan``: for each mini-batch, accumulate gradients over micro-batches with
         the mini-batch's GLOBAL response-token count (trainer.magic.token_mean_denominator),
-        clip the grad norm, one optimizer step. ``advantages`` is ``[B]``. ``ref_logprobs``
+        clip the grad norm, one optimizer step. ``advantages`` is ``[B]``. ``old_logprobs``
+        None (on-policy, a plan of one mini-batch only): the training forward's detached
+        log-probs are the old ones (docs/magic.md "On-policy training"). ``ref_logprobs``
         (``[B, L-1]``) is needed only for a KL loss on a backend that keeps no reference policy
         of its own; one that does scores every micro-batch with it. Returns metrics
         merged over the mini-batches: ``losses/policy``, ``losses/clipfrac``,

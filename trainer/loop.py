@@ -343,7 +343,12 @@ class Trainer:
         batch_rows = rows if rows.numel() else torch.zeros(1, dtype=torch.long)
         batch = TokenBatch.from_completions([rollout.completions[i] for i in batch_rows.tolist()],
                                             self.tokenizer.pad_token_id)
-        old_logprobs = self.backend.logprobs(batch, cfg.micro_batch_size)  # [B, T]
+        # On-policy (N_SGD = 1: one mini-batch, one step) the old policy is the current one:
+        # the update takes the detached log-probs of its own forward (ratio exactly 1) and
+        # the separate no-grad pass is skipped. A config property, so the same on every rank.
+        old_logprobs = (None if self.off_policy.is_on_policy else
+                        self.backend.logprobs(batch, cfg.micro_batch_size,
+                                              response_only=True))  # [B, T]
         gen = torch.Generator().manual_seed(_seed(cfg, step, 1) + self.rank)
         minibatches = [response_indices(p, G) for p in self.off_policy.minibatches(
             len(kept_prompts), gen, keep_empty=self.world > 1)]

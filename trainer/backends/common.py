@@ -1,7 +1,9 @@
 """What both training backends share: the forward pass and the MAGIC update loop.
 
 - :func:`token_stats`: one micro-batch through a causal LM -> target-token log-probs ``[b, T]``
-  and, when asked, the full-distribution entropy ``[b, T]`` (``T = L - 1``), memory-aware.
+  and, when asked, the full-distribution entropy ``[b, T]`` (``T = L - 1``), memory-aware: the
+  output layer runs only on the wanted (response) positions, a chunk at a time, when the
+  backend splits its model (:class:`SplitForward`).
 - :class:`PolicyBackendBase`: ``logprobs`` and ``update`` (docs/magic.md "Policy loss": one
   optimizer step per mini-batch, every micro-batch divided by the mini-batch's GLOBAL response
   token count). Subclasses supply the forward call, the backward call, the optimizer step and
@@ -13,7 +15,9 @@ Shapes: ``B`` rows of the TokenBatch, ``L`` padded sequence length, ``T = L - 1`
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -106,6 +110,54 @@ def load_hf_weights_into(model: torch.nn.Module, path: Path) -> None:
 # Forward pass: log-probs and entropy
 # ---------------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class SplitForward:
+    """A causal LM's forward split at its output layer, so that the vocabulary projection runs
+    only where a statistic is wanted (docs/magic.md "Output layer on response tokens only").
+
+    ``body(input_ids [b, l], attention_mask [b, l], keep)`` returns the features of the LAST
+    ``keep`` positions, ``[b, keep, D]``; ``head`` maps selected features ``[n, D]`` to logits
+    ``[n, V]``. With ``head`` None the body's features ARE the logits (``D = V``): a backend
+    that cannot split its model (ZeRO-3, whose hooks gather parameters per module call) still
+    saves the logits of the leading positions no row needs (HF's ``logits_to_keep``).
+    """
+
+    body: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+    head: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+
+def logits_forward(forward: ForwardFn) -> SplitForward:
+    """A :class:`SplitForward` over a plain ``(input_ids, attention_mask) -> logits`` call."""
+    return SplitForward(lambda ids, attn, keep: forward(ids, attn)[:, ids.shape[1] - keep:])
+
+
+def split_causal_lm(model: Any, autocast: Callable[[], Any] = contextlib.nullcontext,
+                    ) -> SplitForward | None:
+    """``model``'s decoder (``base_model``, final norm included) and its output layer as a
+    :class:`SplitForward`, both run under ``autocast()``; None where the split would not
+    reproduce ``model(...).logits`` (no separate base model or output layer, or a config that
+    post-processes the logits: soft-capping, logit scaling)."""
+    base, head = getattr(model, "base_model", None), model.get_output_embeddings()
+    cfg = getattr(model, "config", None)
+    # Why: these configs transform lm_head's output inside the model's forward; applying
+    # the bare head would give different logits.
+    if base is None or base is model or head is None or any(
+            getattr(cfg, k, None) not in (None, 1.0) for k in ("final_logit_softcapping",
+                                                               "logit_scale")):
+        return None
+
+    def body(ids: torch.Tensor, attn: torch.Tensor, keep: int) -> torch.Tensor:
+        with autocast():
+            h = base(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
+        return h[:, h.shape[1] - keep:]  # [b, keep, D]
+
+    def project(h: torch.Tensor) -> torch.Tensor:
+        with autocast():
+            return head(h)  # [n, V]
+
+    return SplitForward(body, project)
+
+
 def _chunk_target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """``x[target] - logsumexp(x)`` for one chunk, in float32 at least. [n, V], [n] -> [n]."""
     x = logits.to(torch.promote_types(logits.dtype, torch.float32))  # [n, V]
@@ -155,51 +207,88 @@ def used_length(attention_mask: torch.Tensor) -> int:
     return int(cols.max()) + 1 if cols.numel() else 0
 
 
-def token_stats(forward: ForwardFn, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+def _head_stats(features: torch.Tensor, targets: torch.Tensor,
+                head: Callable[[torch.Tensor], torch.Tensor] | None,
+                entropy: EntropyGrad) -> tuple[torch.Tensor, ...]:
+    """One chunk: output layer, target log-prob and (optionally) entropy.
+    [n, D], [n] -> ([n] float32, [n] float32 when ``entropy`` is not "none")."""
+    logits = head(features) if head is not None else features  # [n, V]
+    lp = _chunk_target_logprobs(logits, targets).float()  # [n]
+    if entropy == "grad":
+        return lp, magic.token_entropy(logits, max(1, logits.shape[0]),
+                                       checkpoint=False).float()
+    if entropy == "detached":
+        with torch.no_grad():
+            return lp, magic.token_entropy(logits.detach(), max(1, logits.shape[0]),
+                                           checkpoint=False).float()
+    return (lp,)
+
+
+def token_stats(forward: ForwardFn | SplitForward, input_ids: torch.Tensor,
+                attention_mask: torch.Tensor, *, positions: torch.Tensor | None = None,
                 entropy: EntropyGrad = "none", chunk_size: int = 1024,
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One micro-batch through the model: per-target log-probs and (optionally) entropy.
 
     ``targets = input_ids[:, 1:]`` (interfaces.py token conventions). The micro-batch is first
-    trimmed to its longest real sequence (right padding is inert under a causal mask), then
-    padded back with zeros. Positions whose target is padding hold 0 in both outputs.
-
-    The model's logits ``[b, l, V]`` are materialised once in the model's dtype (unavoidable
-    without a fused LM-head kernel); on top of them, no float32 ``[b, l, V]`` copy is made:
-    log-probs via a chunked gather + logsumexp (:func:`target_logprobs`), entropy via
-    :func:`trainer.magic.token_entropy` (chunked; checkpointed when it needs grad). Both are
-    computed on all ``l`` positions (so ``reshape`` stays a view) and the last is dropped.
+    trimmed to its longest real sequence (right padding is inert under a causal mask). Only the
+    wanted targets are computed: every real one, or those in ``positions`` (the response mask:
+    docs/magic.md, only response tokens enter the loss and the entropy). The model runs to the
+    last ``keep`` positions (from the first wanted one); the wanted positions' features are
+    gathered (``[n, D]``) and, ``chunk_size`` at a time, projected to the vocabulary and
+    reduced to log-prob and entropy. So no ``[b, l, V]`` logits exist when the backend splits
+    its model (:class:`SplitForward`), and prompt positions cost no output-layer work. When
+    grad is needed and there is more than one chunk, each chunk is checkpointed (backward
+    recomputes its logits), so at most one chunk's ``[chunk, V]`` float32 working set is alive.
 
     Args:
-        forward: ``(input_ids [b, l], attention_mask [b, l]) -> logits [b, l, V]``.
+        forward: a :class:`SplitForward`, or ``(input_ids [b, l], attention_mask [b, l]) ->
+            logits [b, l, V]``.
+        positions: ``[b, L-1]`` bool, the targets wanted (None: every real target).
         entropy: ``"none"``; ``"detached"`` (metric only, no graph); ``"grad"`` (for -c*H).
     Returns:
-        ``(logprobs [b, L-1] float32, entropy [b, L-1] float32 or None)``.
+        ``(logprobs [b, L-1] float32, entropy [b, L-1] float32 or None)``; 0 wherever the
+        target is padding or not wanted.
     """
-    L = input_ids.shape[1]
+    if entropy not in ("none", "detached", "grad"):
+        raise ValueError(f"entropy must be 'none', 'detached' or 'grad', got {entropy!r}")
+    split = forward if isinstance(forward, SplitForward) else logits_forward(forward)
+    b, L = input_ids.shape
     length = max(used_length(attention_mask), min(2, L))
     ids, attn = input_ids[:, :length], attention_mask[:, :length]  # [b, l]
-    logits = forward(ids, attn)  # [b, l, V]
-    targets = F.pad(ids[:, 1:], (0, 1))  # [b, l]; the last position's target is a dummy
-    lp = target_logprobs(logits, targets, chunk_size)[:, :-1].float()  # [b, l-1]
-    valid = attn[:, 1:] != 0  # [b, l-1] target is a real token
-    lp = _pad_right(torch.where(valid, lp, torch.zeros_like(lp)), L - 1)  # [b, L-1]
+    want = attn[:, 1:] != 0  # [b, l-1] target is a real token
+    if positions is not None:
+        want = want & positions[:, :length - 1].to(want.device).bool()
+    cols = want.any(dim=0).nonzero()  # [k, 1] positions some row wants
+    first = int(cols.min()) if cols.numel() else length - 1
+    keep = length - first  # the features of positions first .. l-1
+    states = split.body(ids, attn, keep)  # [b, keep, D]
+    sel = F.pad(want[:, first:], (0, 1))  # [b, keep]; the last position has no target
+    feats = states[sel]  # [n, D], row-major like want's True entries
+    targets = ids[:, 1:][want]  # [n]
+    n = int(targets.numel())
+    grad = torch.is_grad_enabled() and states.requires_grad
+    checkpoint = grad and n > chunk_size
+    parts: list[tuple[torch.Tensor, ...]] = []
+    for start in range(0, n, chunk_size):
+        args = (feats[start:start + chunk_size], targets[start:start + chunk_size],
+                split.head, entropy)
+        parts.append(torch.utils.checkpoint.checkpoint(_head_stats, *args, use_reentrant=False)
+                     if checkpoint else _head_stats(*args))
+    full = F.pad(want, (0, L - length))  # [b, L-1]
+    zeros = torch.zeros(full.shape, dtype=torch.float32, device=states.device)  # [b, L-1]
+    if n == 0:
+        # Why: a micro-batch with no wanted target (e.g. a token-free padding micro-batch)
+        # must still have a graph through every parameter, head included: under ZeRO 2/3 each
+        # rank's backward runs the same gradient reductions, whatever its data.
+        tie = (split.head(states[:1, -1]) if split.head is not None else states[:1, -1])
+        zeros = zeros + 0.0 * tie.float().sum()
+        return zeros, (zeros if entropy != "none" else None)
+    lp = zeros.masked_scatter(full, torch.cat([p[0] for p in parts]))  # [b, L-1]
     ent = None
-    if entropy == "grad":
-        ent = magic.token_entropy(logits, chunk_size)[:, :-1].float()  # [b, l-1]
-    elif entropy == "detached":
-        with torch.no_grad():
-            ent = magic.token_entropy(logits.detach(), chunk_size)[:, :-1].float()
-    elif entropy != "none":
-        raise ValueError(f"entropy must be 'none', 'detached' or 'grad', got {entropy!r}")
-    if ent is not None:
-        ent = _pad_right(torch.where(valid, ent, torch.zeros_like(ent)), L - 1)  # [b, L-1]
+    if entropy != "none":
+        ent = zeros.masked_scatter(full, torch.cat([p[1] for p in parts]))  # [b, L-1]
     return lp, ent
-
-
-def _pad_right(x: torch.Tensor, width: int) -> torch.Tensor:
-    """Zero-pad the last dim of ``[b, t]`` to ``[b, width]`` (differentiable)."""
-    return F.pad(x, (0, width - x.shape[-1])) if x.shape[-1] < width else x
 
 
 def split_rows(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
@@ -216,7 +305,8 @@ def split_rows(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
 class PolicyBackendBase:
     """``logprobs`` and the MAGIC ``update`` over hooks a concrete backend provides.
 
-    Hooks: ``_forward_logits`` (model call), ``_backward`` (one micro-batch's loss; ``boundary``
+    Hooks: ``_forward_logits`` (model call; ``_policy_forward`` its split form, when the
+    backend has one), ``_backward`` (one micro-batch's loss; ``boundary``
     True on a mini-batch's last), ``_optimizer_step`` (clip + step, returns the pre-clip grad
     norm), ``_current_lr``, and for data parallel ``_grad_average_world`` (how many ranks the
     framework AVERAGES gradients over), ``_distributed``, ``_all_reduce``. A backend that keeps
@@ -247,6 +337,16 @@ class PolicyBackendBase:
         """The frozen reference policy's logits ``[b, l, V]`` (only with ``has_reference``)."""
         raise NotImplementedError
 
+    def _policy_forward(self) -> SplitForward:
+        """The policy's forward for :func:`token_stats`; by default the full-logits call.
+        Backends that can split the model at its output layer override it."""
+        return logits_forward(self._forward_logits)
+
+    def _reference_forward(self) -> SplitForward:
+        """The reference policy's forward, split like :meth:`_policy_forward` (so that the two
+        compute identically while the weights are equal: the KL is exactly 0 then)."""
+        return logits_forward(self._ref_forward_logits)
+
     def _before_micro_batch(self, boundary: bool) -> None:
         """Called before each micro-batch's forward (DeepSpeed sets its accumulation
         boundary here)."""
@@ -272,8 +372,11 @@ class PolicyBackendBase:
         return [float(v) for v in values]
 
     # -- log-probs -----------------------------------------------------------------------------
-    def logprobs(self, batch: TokenBatch, micro_batch_size: int) -> torch.Tensor:
+    def logprobs(self, batch: TokenBatch, micro_batch_size: int, *,
+                 response_only: bool = False) -> torch.Tensor:
         """log pi(target) per target token, no grad: ``[B, L-1]`` float32 on the CPU, padding 0.
+        ``response_only``: only response targets (``batch.response_mask``) are computed, the
+        rest hold 0 (what the loss reads: the output layer skips the prompt positions).
 
         Under data parallel every rank must call it (ZeRO-3 gathers parameters in forward):
         ranks with fewer micro-batches run padding forwards so all take the same number.
@@ -288,19 +391,25 @@ class PolicyBackendBase:
                 rows = chunks[i] if i < len(chunks) else torch.zeros(1, dtype=torch.long)
                 ids = batch.input_ids[rows].to(self.device)  # [b, L]
                 attn = batch.attention_mask[rows].to(self.device)  # [b, L]
-                lp, _ = token_stats(self._forward_logits, ids, attn,
+                wanted = batch.response_mask[rows] if response_only else None  # [b, L-1]
+                lp, _ = token_stats(self._policy_forward(), ids, attn, positions=wanted,
                                     chunk_size=self.config.entropy_chunk_size)
                 if i < len(chunks):
                     out[rows] = lp.cpu()
         return out
 
     # -- update --------------------------------------------------------------------------------
-    def update(self, batch: TokenBatch, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-               plan: UpdatePlan, loss: LossSettings,
+    def update(self, batch: TokenBatch, old_logprobs: torch.Tensor | None,
+               advantages: torch.Tensor, plan: UpdatePlan, loss: LossSettings,
                ref_logprobs: torch.Tensor | None = None) -> dict[str, float]:
         """Apply ``plan`` (see ``TrainingBackend.update``): per mini-batch, accumulate the
         gradients of ``magic_loss`` over micro-batches, each divided by the mini-batch's global
         token count (docs/magic.md split invariance), then one clipped optimizer step.
+
+        ``old_logprobs`` None (on-policy, allowed only for a plan of ONE mini-batch): the old
+        policy is the current one, so the detached log-probs of the training forward are the
+        old log-probs (ratio exactly 1), and no separate no-grad forward is needed
+        (docs/magic.md "On-policy training").
 
         Metrics are token means over every response token processed (all ranks), so
         ``entropy`` is the token-mean full-distribution entropy of the batch's responses, the
@@ -330,7 +439,7 @@ class PolicyBackendBase:
         return self._final_metrics(token_parts, norms, loss)
 
     def _update_minibatch(self, batch: TokenBatch, rows: torch.Tensor,
-                          old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                          old_logprobs: torch.Tensor | None, advantages: torch.Tensor,
                           ref_logprobs: torch.Tensor | None, micro_batch_size: int,
                           loss: LossSettings) -> tuple[dict[str, float], float | None]:
         """One mini-batch: micro-batch backwards with the global denominator, then one step.
@@ -347,7 +456,7 @@ class PolicyBackendBase:
         steps = self._lockstep_count(len(chunks))
         if steps == 0:
             return {}, None
-        pad_row = rows[:1] if rows.numel() else torch.zeros(1, dtype=torch.long)
+        pad_row = rows[:1] if rows.numel() else torch.zeros(1, dtype=torch.long)  # [1]
         parts = []
         for i in range(steps):
             real = i < len(chunks)
@@ -362,44 +471,52 @@ class PolicyBackendBase:
         return magic.merge_metrics(parts), norm
 
     def _micro_batch_loss(self, batch: TokenBatch, idx: torch.Tensor, real: bool,
-                          old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                          old_logprobs: torch.Tensor | None, advantages: torch.Tensor,
                           ref_logprobs: torch.Tensor | None, denom: float,
                           loss: LossSettings) -> tuple[torch.Tensor, dict[str, float]]:
         """``magic_loss`` of rows ``idx``: sum over their response tokens / ``denom``.
         A padding micro-batch (``real`` False) has an all-False mask: loss 0, zero gradient,
-        but the same forward/backward (and so the same collectives) as a real one."""
+        but the same forward/backward (and so the same collectives) as a real one.
+        ``old_logprobs`` None: on-policy, the old log-probs are this forward's, detached."""
         dev = self.device
         ids = batch.input_ids[idx].to(dev)  # [b, L]
         attn = batch.attention_mask[idx].to(dev)  # [b, L]
-        mask = batch.response_mask[idx].to(dev)  # [b, L-1]
-        if not real:
-            mask = torch.zeros_like(mask)
+        wanted = batch.response_mask[idx].to(dev)  # [b, L-1]
+        # A padding micro-batch still computes its rows' response positions (a graph through
+        # every parameter); only its loss mask is empty.
+        mask = wanted if real else torch.zeros_like(wanted)  # [b, L-1]
         entropy_mode: EntropyGrad = "grad" if loss.entropy_coef != 0 else "detached"
-        lp, ent = token_stats(self._forward_logits, ids, attn, entropy=entropy_mode,
+        lp, ent = token_stats(self._policy_forward(), ids, attn, positions=wanted,
+                              entropy=entropy_mode,
                               chunk_size=self.config.entropy_chunk_size)  # [b, L-1] x2
         if ref_logprobs is not None:
             ref = ref_logprobs[idx].to(dev)  # [b, L-1]
         elif self.has_reference:
-            ref = self._reference_logprobs(ids, attn)  # [b, L-1]
+            ref = self._reference_logprobs(ids, attn, wanted)  # [b, L-1]
         else:
             ref = None
+        # Why detach: pi_old is a constant of the loss; ratio = exp(lp - lp.detach()) is 1
+        # with the gradient of lp, exactly what a separate pre-update forward would give.
+        old = lp.detach() if old_logprobs is None else old_logprobs[idx].to(dev).float()
         return magic.magic_loss(
-            lp, old_logprobs[idx].to(dev).float(), advantages[idx].to(dev).float(), mask,
+            lp, old, advantages[idx].to(dev).float(), mask,
             entropy=ent, entropy_coef=loss.entropy_coef, ref_logprobs=ref,
             kl_coef=loss.kl_coef, kl_estimator=loss.kl_estimator,  # type: ignore[arg-type]
             clip_low=loss.clip_low, clip_high=loss.clip_high, num_tokens=denom)
 
-    def _reference_logprobs(self, input_ids: torch.Tensor,
-                            attention_mask: torch.Tensor) -> torch.Tensor:
+    def _reference_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                            positions: torch.Tensor) -> torch.Tensor:
         """log pi_ref(target) of one micro-batch, no grad: ``[b, L-1]``, padding 0.
 
-        Computed on the very tensors the policy's forward saw (same rows, same trimmed length),
+        Computed on the very tensors the policy's forward saw (same rows, same trimmed length,
+        same ``positions`` [b, L-1]),
         so that while the policy still equals its initial weights the two log-probs are equal
         bit for bit and the KL is exactly 0. A collective under ZeRO-3 (gathers the reference's
         shards): every rank calls it for every micro-batch, padding ones included.
         """
         with torch.no_grad():
-            lp, _ = token_stats(self._ref_forward_logits, input_ids, attention_mask,
+            lp, _ = token_stats(self._reference_forward(), input_ids, attention_mask,
+                                positions=positions,
                                 chunk_size=self.config.entropy_chunk_size)  # [b, L-1]
         return lp
 
@@ -442,12 +559,17 @@ class PolicyBackendBase:
             raise ValueError(f"response_mask must be [B, L-1] = [{B}, {L - 1}], got "
                              f"{tuple(batch.response_mask.shape)}")
 
-    def _check_update_inputs(self, batch: TokenBatch, old_logprobs: torch.Tensor,
+    def _check_update_inputs(self, batch: TokenBatch, old_logprobs: torch.Tensor | None,
                              advantages: torch.Tensor, plan: UpdatePlan,
                              ref_logprobs: torch.Tensor | None) -> None:
         self._check_batch(batch)
         B, T = batch.response_mask.shape
-        if tuple(old_logprobs.shape) != (B, T):
+        if old_logprobs is None:
+            if len(plan.minibatches) != 1:
+                raise ValueError("old_logprobs=None (on-policy) needs a plan of exactly one "
+                                 f"mini-batch, got {len(plan.minibatches)}: after the first "
+                                 "optimizer step the current policy is no longer the old one")
+        elif tuple(old_logprobs.shape) != (B, T):
             raise ValueError(f"old_logprobs must be [B, L-1] = [{B}, {T}], got "
                              f"{tuple(old_logprobs.shape)}")
         if ref_logprobs is not None and tuple(ref_logprobs.shape) != (B, T):

@@ -29,6 +29,7 @@ frozen module on every rank (:meth:`DeepSpeedBackend._load_reference`).
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
 from collections.abc import Iterator, Sequence
@@ -43,10 +44,12 @@ from ..hf_utils import CheckpointError
 from . import BackendConfig, check_model_path
 from .common import (
     PolicyBackendBase,
+    SplitForward,
     adamw_kwargs,
     enable_gradient_checkpointing,
     load_causal_lm,
     load_frozen_reference,
+    logits_forward,
 )
 from .reference import check_reference_memory
 
@@ -226,17 +229,25 @@ class DeepSpeedBackend(PolicyBackendBase):
     def _comm_device(self) -> torch.device:
         return self.device if torch.distributed.get_backend() == "nccl" else torch.device("cpu")
 
-    def _forward_logits(self, input_ids: torch.Tensor,
-                        attention_mask: torch.Tensor) -> torch.Tensor:
-        # Through the engine: under ZeRO-3 its hooks gather each layer's parameters (collective).
+    def _forward_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                        **kwargs: Any) -> torch.Tensor:
+        # Through the engine: under ZeRO-3 its hooks gather each layer's parameters
+        # (collective), and its output hooks run DeepSpeed's backward prologue.
         return self.engine(input_ids=input_ids, attention_mask=attention_mask,
-                           use_cache=False).logits  # [b, l, V]
+                           use_cache=False, **kwargs).logits  # [b, l, V]
 
-    def _ref_forward_logits(self, input_ids: torch.Tensor,
-                            attention_mask: torch.Tensor) -> torch.Tensor:
+    def _ref_forward_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                            **kwargs: Any) -> torch.Tensor:
         # ZeRO-3: through the reference engine, whose hooks gather each layer (collective).
         return self.reference(input_ids=input_ids, attention_mask=attention_mask,
-                              use_cache=False).logits  # [b, l, V]
+                              use_cache=False, **kwargs).logits  # [b, l, V]
+
+    def _policy_forward(self) -> SplitForward:
+        return _suffix_logits(self.module, self._forward_logits)
+
+    def _reference_forward(self) -> SplitForward:
+        module = self.reference.module if hasattr(self.reference, "module") else self.reference
+        return _suffix_logits(module, self._ref_forward_logits)
 
     def _before_micro_batch(self, boundary: bool) -> None:
         # Reductions of ZeRO 0/1 happen only at the boundary; ZeRO 2/3 reduce every backward
@@ -331,3 +342,13 @@ class DeepSpeedBackend(PolicyBackendBase):
             if _owned_world["users"] <= 0:
                 _owned_world["users"] = 0
                 _release_owned_world()
+
+
+def _suffix_logits(module: torch.nn.Module, call: Any) -> SplitForward:
+    """The model called whole (through the engine: DeepSpeed's hooks must see the call), with
+    HF's ``logits_to_keep`` so that its output layer runs only on the last ``keep`` positions
+    (token_stats asks for those from the first response target on). Models without that
+    argument give full logits, sliced."""
+    if "logits_to_keep" not in inspect.signature(module.forward).parameters:
+        return logits_forward(call)
+    return SplitForward(lambda ids, attn, keep: call(ids, attn, logits_to_keep=keep))

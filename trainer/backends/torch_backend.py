@@ -17,11 +17,14 @@ from ..hf_utils import CheckpointError
 from . import BackendConfig, check_model_path
 from .common import (
     PolicyBackendBase,
+    SplitForward,
     adamw_kwargs,
     enable_gradient_checkpointing,
     load_causal_lm,
     load_frozen_reference,
     load_hf_weights_into,
+    logits_forward,
+    split_causal_lm,
 )
 from .reference import check_reference_memory
 
@@ -70,6 +73,13 @@ class TorchBackend(PolicyBackendBase):
             enable_gradient_checkpointing(self.model)
         self.model.eval()
         self.optimizer = torch.optim.AdamW(self._trainable(), **adamw_kwargs(config))
+        # The decoder and the output layer apart: the output layer then runs only on the
+        # response positions (trainer.backends.common.token_stats).
+        self._split = (split_causal_lm(self.model, self._autocast)
+                       or logits_forward(self._forward_logits))
+        self._ref_split = None if self.reference is None else (
+            split_causal_lm(self.reference, self._autocast)
+            or logits_forward(self._ref_forward_logits))
 
     # -- hooks ---------------------------------------------------------------------------------
     @property
@@ -96,6 +106,13 @@ class TorchBackend(PolicyBackendBase):
         with self._autocast():
             return self.reference(input_ids=input_ids, attention_mask=attention_mask,
                                   use_cache=False).logits  # [b, l, V]
+
+    def _policy_forward(self) -> SplitForward:
+        return self._split
+
+    def _reference_forward(self) -> SplitForward:
+        assert self._ref_split is not None
+        return self._ref_split
 
     def _backward(self, loss: torch.Tensor, boundary: bool) -> None:
         loss.backward()  # gradients accumulate (SUM) over the mini-batch's micro-batches
@@ -153,4 +170,5 @@ class TorchBackend(PolicyBackendBase):
         """Drop the reference copy; the rest is freed by garbage collection (symmetry with
         DeepSpeedBackend.close)."""
         self.reference = None
+        self._ref_split = None
         self.has_reference = False

@@ -37,6 +37,13 @@ class EngineConfig:
     goes on (docs/magic.md: verification must overlap generation). HF generates chunk by chunk
     (chunk_size x n rows in one batch); vLLM schedules all prompts at once and reports every
     chunk_size finished prompts. Smaller = earlier first rewards; larger = bigger HF batches."""
+    one_batch: bool = False
+    """HF engine only: generate ALL prompts of a call (x n rows) in one ``generate`` batch and
+    hand each chunk of ``chunk_size`` prompts to ``on_done`` as soon as all its rows have
+    stopped (EOS), in the order chunks finish, while the batch goes on. ``chunk_size`` then
+    sets only how finely completions stream to the verifier, not the batch size (no
+    speed/overlap trade-off). Seeding: one seed for the whole call. Default False: one
+    ``generate`` per chunk (the behaviour before issue 17)."""
     dtype: str = "auto"
     """Weights/compute dtype for the engine's model copy: "auto" (the checkpoint's dtype; vLLM
     may pick bfloat16 for float32 checkpoints on GPU), "float32", "bfloat16" or "float16".

@@ -13,7 +13,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
-from transformers import AutoModelForCausalLM, GenerationConfig
+from transformers import (
+    AutoModelForCausalLM,
+    GenerationConfig,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
 from trainer.engines import EngineConfig, EngineError, check_sampling_params, eos_token_ids
 from trainer.interfaces import Completion, SamplingParams
@@ -24,8 +29,9 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 
 class HFEngine:
-    """``RolloutEngine`` over ``AutoModelForCausalLM.generate`` (KV cache, one batch of
-    chunk_size x n rows per chunk)."""
+    """``RolloutEngine`` over ``AutoModelForCausalLM.generate`` (KV cache): one batch of
+    chunk_size x n rows per chunk, or (``config.one_batch``) one batch of every row with
+    finished chunks streamed out of it (:class:`_ChunkWatcher`)."""
 
     def __init__(self, model_path: str | Path, tokenizer: Any,
                  config: EngineConfig | None = None) -> None:
@@ -60,6 +66,9 @@ class HFEngine:
         check_sampling_params(params)
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
+        if self.config.one_batch and prompts:
+            return self._generate_one_batch([list(map(int, p)) for p in prompts], params,
+                                            on_done)
         out: list[Completion] = []
         size = self.config.chunk_size
         for c, start in enumerate(range(0, len(prompts), size)):
@@ -98,8 +107,45 @@ class HFEngine:
         self._params = {}
 
     # -- internals ---------------------------------------------------------------------------
+    def _generate_one_batch(self, prompts: list[list[int]], params: SamplingParams,
+                            on_done: Callable[[list[Completion]], None] | None,
+                            ) -> list[Completion]:
+        """Every prompt in one ``generate`` batch; each chunk of ``chunk_size`` prompts goes to
+        ``on_done`` from the generating thread as soon as all its rows have emitted EOS, the
+        rest (chunks with a truncated row) when the batch ends. Returns prompt order."""
+        rows_per_prompt = params.n if params.temperature > 0 else 1
+        size = self.config.chunk_size
+        chunks = [range(s, min(s + size, len(prompts))) for s in range(0, len(prompts), size)]
+        done: dict[int, list[Completion]] = {}  # chunk -> its completions, once handed over
+
+        def finish(c: int, resp: torch.Tensor) -> None:  # resp: [rows of chunk c, t]
+            first = chunks[c][0]
+            comps = self._completions(resp, [prompts[i] for i in chunks[c]], first, params)
+            done[c] = comps
+            if on_done is not None:
+                on_done(list(comps))
+
+        L = max(len(p) for p in prompts)
+        watcher = _ChunkWatcher(L, [len(r) * rows_per_prompt for r in chunks], self.eos_ids,
+                                finish)
+        seqs = self._generate_rows(prompts, params, params.seed, watcher)  # [B * rows, L + t]
+        resp = seqs[:, L:].cpu()  # [B * rows, t]
+        for c in range(len(chunks)):
+            if c not in done:  # chunks with a row stopped by the length limit
+                lo, hi = watcher.bounds[c]
+                finish(c, resp[lo:hi])
+        return [x for c in range(len(chunks)) for x in done[c]]
+
     def _generate_chunk(self, chunk: list[list[int]], first_index: int, params: SamplingParams,
                         seed: int | None) -> list[Completion]:
+        L = max(len(p) for p in chunk)
+        seqs = self._generate_rows(chunk, params, seed, None)
+        return self._completions(seqs[:, L:].cpu(), chunk, first_index, params)
+
+    def _generate_rows(self, chunk: list[list[int]], params: SamplingParams, seed: int | None,
+                       watcher: "_ChunkWatcher | None") -> torch.Tensor:
+        """One ``generate`` call over ``chunk`` (left-padded): ``[B * rows, L + t]`` where rows
+        is n when sampling, 1 when greedy."""
         if self.model is None:
             raise EngineError("generate() on a closed HFEngine")
         B, n = len(chunk), params.n
@@ -120,15 +166,22 @@ class HFEngine:
             kwargs.update(temperature=params.temperature, top_p=params.top_p,
                           # top_k=0 disables top-k (None would fall back to HF's default 50)
                           top_k=0 if params.top_k == -1 else params.top_k)
+        if watcher is not None:
+            kwargs["stopping_criteria"] = StoppingCriteriaList([watcher])
         with torch.no_grad(), torch.random.fork_rng(devices=_rng_devices(self.device)), \
                 _cpu_threads(self.config.cpu_threads if self.device.type == "cpu" else None):
             if seed is not None:
                 torch.manual_seed(seed)
-            seqs = self.model.generate(input_ids=ids.to(self.device),
+            return self.model.generate(input_ids=ids.to(self.device),
                                        attention_mask=attn.to(self.device), **kwargs)
-        resp = seqs[:, L:].cpu()  # [B * n_rows, <= max_tokens]
-        if not sample:
-            resp = resp.repeat_interleave(n, dim=0)  # [B * n, T]
+
+    def _completions(self, resp: torch.Tensor, chunk: list[list[int]], first_index: int,
+                     params: SamplingParams) -> list[Completion]:
+        """Completions of ``chunk``'s rows ``resp`` ([B * rows, t] response tokens, padded
+        after EOS), prompt-major; greedy rows (one per prompt) are repeated n times."""
+        B, n = len(chunk), params.n
+        if params.temperature <= 0:
+            resp = resp.repeat_interleave(n, dim=0)  # [B * n, t]
         eos = torch.tensor(self.eos_ids)
         out: list[Completion] = []
         for row in range(B * n):
@@ -143,6 +196,41 @@ class HFEngine:
                                   prompt_ids=list(chunk[i]), token_ids=toks, text=text,
                                   truncated=truncated))
         return out
+
+
+class _ChunkWatcher(StoppingCriteria):
+    """Streams finished chunks out of one ``generate`` batch: called by HF after every decoding
+    step with the sequences so far, it marks rows whose newest token is an EOS (once: HF pads
+    finished rows, and the pad may be an EOS id), and when every row of a chunk has stopped it
+    calls ``finish(chunk, response tokens [rows, t])``. It never stops a row itself (HF's own
+    EOS and length criteria do).
+
+    Cost: one ``isin`` over the batch's last column per step; ``finish`` runs in the generating
+    thread, so it must be cheap (the trainer's on_done pickles onto a socket).
+    """
+
+    def __init__(self, prompt_len: int, rows_per_chunk: list[int], eos_ids: Sequence[int],
+                 finish: Callable[[int, torch.Tensor], None]) -> None:
+        self.prompt_len = prompt_len
+        starts = [sum(rows_per_chunk[:c]) for c in range(len(rows_per_chunk))]
+        self.bounds = [(s, s + r) for s, r in zip(starts, rows_per_chunk)]
+        self.eos = torch.tensor(list(eos_ids))
+        self.finish = finish
+        self.stopped: torch.Tensor | None = None  # [rows] bool
+        self.open = set(range(len(rows_per_chunk)))  # chunks not handed over yet
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        last = input_ids[:, -1]  # [rows]
+        hit = torch.isin(last, self.eos.to(last.device))  # [rows]
+        self.stopped = hit if self.stopped is None else self.stopped | hit
+        if hit.any():
+            stopped = self.stopped.cpu()
+            for c in sorted(self.open):
+                lo, hi = self.bounds[c]
+                if bool(stopped[lo:hi].all()):
+                    self.open.discard(c)
+                    self.finish(c, input_ids[lo:hi, self.prompt_len:].cpu())
+        return torch.zeros_like(hit)  # [rows] never stops a row: observation only
 
 
 @contextmanager
