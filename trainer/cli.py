@@ -1,4 +1,4 @@
-"""``trainer`` command line: ``run``, ``plot``, ``eval`` and ``filter``.
+"""``trainer`` command line: ``run``, ``plot``, ``eval``, ``filter`` and ``ablate``.
 
     trainer run --config FILE [--verifier-addr ADDR[,ADDR...]] [key=value ...]
     trainer run --resume runs/NAME [key=value ...]
@@ -7,6 +7,9 @@
                  [--top-p 1.0] [--max-tokens 32768] [--verifier-addr ADDR] [--engine hf|vllm]
     trainer filter --model PATH --input FILE --output FILE [--k 16 --lo 1 --hi 15]
     trainer filter --released-difficulty MODEL --input FILE --output FILE
+    trainer ablate NAME [--profile quick|full] [--seeds N] [--out DIR] [--variants A,B]
+                   [--set key=value ...]
+    trainer ablate --list
 """
 
 from __future__ import annotations
@@ -79,6 +82,24 @@ def cmd_plot(args: argparse.Namespace) -> int:
     for p in plot_run(Path(args.run_dir)):
         print(p)
     return 0
+
+
+def cmd_ablate(args: argparse.Namespace) -> int:
+    from trainer.ablate import AblateOptions, UnknownAblation, ablate, list_text
+
+    if args.list:
+        print(list_text())
+        return 0
+    if args.name is None:
+        return _user_error(ValueError("give an ablation NAME (trainer ablate --list names "
+                                      "them)"))
+    try:
+        opts = AblateOptions(name=args.name, profile=args.profile, seeds=args.seeds,
+                             out=Path(args.out), extra=list(args.set or []),
+                             variants=args.variants.split(",") if args.variants else None)
+        return ablate(opts)
+    except (UnknownAblation, ValueError, RuntimeError) as e:
+        return _user_error(e)
 
 
 def _engine_args(ap: argparse.ArgumentParser) -> None:
@@ -298,6 +319,22 @@ def main(argv: list[str] | None = None) -> int:
     fl.add_argument("--timeout-s", type=float, default=3600.0)
     _engine_args(fl)
     fl.set_defaults(fn=cmd_filter)
+
+    ab = sub.add_parser("ablate", help="run one ablation of the Skywork-OR1 report on the toy "
+                        "world: report.md, plots, summary.json",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ab.add_argument("name", nargs="?", default=None, help="the ablation (--list names them)")
+    ab.add_argument("--list", action="store_true", help="name the ablations and their claims")
+    ab.add_argument("--profile", choices=("quick", "full"), default="quick",
+                    help="quick: at most 30 min on a 2-core CPU; full: every variant, 3 seeds")
+    ab.add_argument("--seeds", type=int, default=None, help="seeds per variant (default: the "
+                    "profile's: quick 2, full 3)")
+    ab.add_argument("--out", default="runs/ablate", help="DIR: writes DIR/NAME/report.md, "
+                    "summary.json, plots and runs/")
+    ab.add_argument("--variants", default=None, help="comma list: run only these variants")
+    ab.add_argument("--set", action="append", metavar="KEY=VALUE",
+                    help="config override for every run, after the profile's (repeatable)")
+    ab.set_defaults(fn=cmd_ablate)
     args = ap.parse_args(argv)
     _setup_logging()
     return args.fn(args)
