@@ -231,3 +231,43 @@ def test_a_rerun_resumes_without_redoing_finished_runs(tiny_ablation) -> None:
     summary = json.loads((out / "off-policy" / "summary.json").read_text())
     assert summary["variants"]["on-policy"]["seeds"] == [0]
     assert summary["variants"]["nsgd2-reuse"]["final"]["steps"] == 2
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_cleanly_and_a_rerun_resumes_the_interrupted_run(tiny_ablation) -> None:
+    """Ctrl-C reaches the driver only (each run has its own session); the driver forwards it
+    once: the running variant finishes its step, writes a checkpoint, and the command exits 130.
+    The same command again continues that run from its checkpoint (another ablation in the
+    same --out shares the data and the warm-started policy)."""
+    import os
+    import signal
+    import time
+
+    out, _ = tiny_ablation
+    cmd = [sys.executable, "-m", "trainer.cli", "ablate", "clip-higher", "--seeds", "1",
+           "--variants", "clip0.2", "--out", str(out)]
+    for x in [*TINY, "total_steps=12", "eval.every_steps=0"]:
+        cmd += ["--set", x]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    run = out / "clip-higher" / "runs" / "clip0.2-s0"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None and not (
+            (run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().strip()):
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-3000:]
+    assert "run the same command again to resume" in err and "warm start" not in err
+    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert 1 <= steps[-1] < 12
+    assert (run / "checkpoints" / "latest").read_text().strip() == f"step_{steps[-1]:06d}"
+    assert not (out / "clip-higher" / "summary.json").exists()
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 13))  # continued, not restarted: one row per step
+    log = (out / "clip-higher" / "logs" / "clip0.2-s0.log").read_text()
+    assert f"--resume {run}" in log
+    summary = json.loads((out / "clip-higher" / "summary.json").read_text())
+    assert summary["variants"]["clip0.2"]["final"]["steps"] == 12

@@ -30,9 +30,12 @@ from pathlib import Path
 from statistics import mean
 from typing import Any, Sequence
 
+import yaml
+
 from trainer.ablations import (ABLATIONS, PROFILES, Ablation, CheckResult, Variant,
                                check_verdict, combine, final_numbers, seed_spread)
 from trainer.plot import read_metrics, series, trailing_mean
+from trainer.run_config import load_config
 
 log = logging.getLogger(__name__)
 
@@ -137,11 +140,15 @@ class Driver:
 
     def warm_start(self) -> Path:
         """The warm-started policy every run starts from: a one-step ``trainer run`` of the
-        base config, keyed by the overrides that shape it."""
+        base config, kept per out directory under a key of the settings that shape it (so
+        another ablation, or other ``--set`` steps, reuse it)."""
         overrides = [*self.common(), *self.data_overrides(), "total_steps=1",
                      "eval.every_steps=0", "checkpoint_every=0", "log.plots=false",
                      "log.samples_every=0", "log.tensorboard=false", "seed=0"]
-        key = hashlib.sha256("\n".join(overrides).encode()).hexdigest()[:10]
+        cfg = load_config(BASE_CONFIG, overrides).to_dict()
+        shaping = {k: cfg[k] for k in ("tiny_model", "warm_start", "data", "seed")}
+        shaping["max_prompt_length"] = cfg["magic"]["max_prompt_length"]
+        key = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:10]
         run_dir = self.out / f"warm-start-{key}"
         model = run_dir / "warm_start"
         if (model / "config.json").exists():
@@ -253,8 +260,6 @@ def _rows(run_dir: Path) -> list[dict]:
 
 
 def _config(run_dir: Path) -> dict[str, Any]:
-    import yaml
-
     path = run_dir / "config.yaml"
     return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
 
