@@ -186,7 +186,8 @@ def test_end_to_end_report_plots_summary_and_a_failing_variant(tiny_ablation) ->
         assert v["final"]["steps"] == 2 and v["final"]["tokens"] > 0
         assert 0.0 <= v["final"]["eval/accuracy"] <= 1.0
         assert v["overrides"]["magic.entropy_mode"] == "off"
-    assert summary["variants"]["nsgd2-reuse"]["quadruple"] == ["2", "D", "D", "2"]
+    assert summary["variants"]["nsgd2-reuse"]["quadruple"] == [2, 6, 6, 2]  # D = 6 here
+    assert summary["variants"]["nsgd2-reuse"]["quadruple_notation"] == ["2", "D", "D", "2"]
     assert summary["variants"]["nsgd2-reuse"]["overrides"]["magic.n_reuse"] == "2"
     # the failing variant: recorded with why, the others went on
     bad = summary["variants"]["nsgd4-mb"]
@@ -206,7 +207,7 @@ def test_end_to_end_report_plots_summary_and_a_failing_variant(tiny_ablation) ->
     assert summary["verdict"] == combine([c["verdict"] for c in summary["checks"]])
     report = (root / "report.md").read_text()
     assert "**Claim.**" in report and f"**Verdict: {summary['verdict']}.**" in report
-    assert "| on-policy | (1, D, D, 1)" in report and "FAILED" in report
+    assert "| on-policy | (1, D, D, 1) = (1, 6, 6, 1)" in report and "FAILED" in report
     assert "must divide prompts_per_step" in report
     for png in ("entropy.png", "accuracy.png", "length.png", "truncated.png"):
         assert (root / png).stat().st_size > 1000

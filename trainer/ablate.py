@@ -246,10 +246,25 @@ class Driver:
                 print(f"[{self.ablation.name}] {variant.name} seed {seed}: {how}", flush=True)
                 if o.status == "interrupted":
                     raise KeyboardInterrupt
-        summary = build_summary(self.ablation, self.variants, outcomes)
+        summary = build_summary(self.ablation, self.variants, outcomes, self.quadruples())
         summary["profile"] = self.profile.name
         write_outputs(self, summary, outcomes)
         return summary, outcomes
+
+
+    def quadruples(self) -> dict[str, list[int]]:
+        """(N_SGD, D_R, D_T, N_reuse) in numbers, as each variant's config derives it."""
+        out = {}
+        for v in self.variants:
+            if v.quadruple is None:
+                continue
+            try:
+                q = load_config(BASE_CONFIG, self.run_overrides(v, 0, Path("model"))) \
+                    .magic.off_policy()
+            except ValueError:  # an invalid variant: recorded as failed by its run
+                continue
+            out[v.name] = [q.n_sgd, q.rollout_batch_size, q.mini_batch_size, q.n_reuse]
+        return out
 
 
 def _rows(run_dir: Path) -> list[dict]:
@@ -284,9 +299,11 @@ def error_tail(log_file: Path, lines: int = 3) -> str:
 # -- summary -----------------------------------------------------------------------------------
 
 def build_summary(ablation: Ablation, variants: Sequence[Variant],
-                  outcomes: Sequence[RunOutcome]) -> dict[str, Any]:
+                  outcomes: Sequence[RunOutcome],
+                  quadruples: dict[str, list[int]] | None = None) -> dict[str, Any]:
     """summary.json's content from the runs' outcomes (and each run's config.yaml, for the
-    entropy target)."""
+    entropy target). ``quadruple``: the numbers of ``quadruples`` where given, else the
+    report's notation (D = D_R)."""
     out_variants: dict[str, Any] = {}
     per_seed: dict[str, list[dict]] = {}
     for v in variants:
@@ -308,7 +325,8 @@ def build_summary(ablation: Ablation, variants: Sequence[Variant],
             "seconds": sum(o.seconds for o in mine),
         }
         if v.quadruple is not None:
-            entry["quadruple"] = list(v.quadruple)
+            entry["quadruple"] = (quadruples or {}).get(v.name, list(v.quadruple))
+            entry["quadruple_notation"] = list(v.quadruple)
         failed = [o for o in mine if o.status == "failed"]
         if failed:
             entry["failed"] = [{"seed": o.seed, "run_dir": str(o.run_dir), "error": o.error}
@@ -377,7 +395,7 @@ def report_markdown(summary: dict[str, Any], ablation: Ablation, setup: dict[str
         f, s = v["final"], v.get("spread", {})
         ov = ", ".join(f"`{k}={val}`" for k, val in v["overrides"].items()) or "(base)"
         if "quadruple" in v:
-            ov = f"({', '.join(v['quadruple'])}) " + ov
+            ov = f"({', '.join(v['quadruple_notation'])}) = {tuple(v['quadruple'])} " + ov
 
         def pm(key: str, pct: bool = False) -> str:
             if f.get(key) is None:
