@@ -405,11 +405,13 @@ def report_markdown(summary: dict[str, Any], ablation: Ablation, setup: dict[str
                 return f"{100 * f[key]:.1f}% ± {100 * half:.1f}"
             return f"{f[key]:.4g} ± {half:.2g}"
 
-        status = "ok" if "failed" not in v else "FAILED: " + "; ".join(
-            f"seed {x['seed']}: {x['error']}" for x in v["failed"])
+        status = "ok" if v["seeds"] else "not run"
+        if "failed" in v:
+            status = "FAILED: " + "; ".join(f"seed {x['seed']}: {x['error']}"
+                                            for x in v["failed"])
         lines.append(f"| {name} | {ov} | {len(v['seeds'])} | {pm('eval/accuracy', True)} | "
                      f"{pm('eval/accuracy_best', True)} | {pm('entropy')} | "
-                     f"{_fmt(f.get('response_length/mean'))} | {pm('truncated/frac')} | "
+                     f"{_fmt(f.get('response_length/mean'))} | {pm('truncated/frac', True)} | "
                      f"{_fmt(f.get('tokens'))} | {status} |")
     lines += ["", "## Checks", "", "| check | d (treatment - baseline) | seeds' spread | seeds | "
               "verdict | why |", "|---|---|---|---|---|---|"]
