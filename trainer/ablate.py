@@ -12,7 +12,8 @@ mini-batch shuffles), not the starting point.
 Resume: a run whose metrics reach its last step with a held-out evaluation is finished and not
 run again; one with a checkpoint continues with ``trainer run --resume``. Ctrl-C is forwarded
 once to the running child (its own session, so a terminal's Ctrl-C reaches only this driver):
-the child finishes its step and writes a checkpoint; a second Ctrl-C kills it.
+the child finishes its step and writes a checkpoint; a second Ctrl-C kills it. SIGTERM is
+handled as a Ctrl-C.
 """
 
 from __future__ import annotations
@@ -511,12 +512,19 @@ def write_outputs(driver: Driver, summary: dict[str, Any], outcomes: Sequence[Ru
 def ablate(opts: AblateOptions) -> int:
     """The command: 0 when every run finished, 1 when any failed, 130 after Ctrl-C."""
     driver = Driver(opts)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # stop as on Ctrl-C: the running variant checkpoints
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         summary, outcomes = driver.run()
     except KeyboardInterrupt:
         print(f"\ninterrupted: run the same command again to resume ({driver.root})",
               file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(f"verdict: {summary['verdict']}")
     for c in summary["checks"]:
         print(f"  {c['check']}: d={_fmt(c['diff'])}, spread={_fmt(c['spread'])} -> "
