@@ -188,6 +188,7 @@ class Driver:
             total, with_eval = _run_shape(run_dir)
             if rows and total and run_finished(rows, total, with_eval):
                 outcome.status, outcome.rows = "skipped", rows
+                outcome.seconds = float(json.loads(marker.read_text()).get("seconds", 0.0))
                 return outcome
             if (run_dir / "checkpoints" / "latest").exists():
                 resume = run_dir
@@ -203,6 +204,9 @@ class Driver:
             outcome.error = f"exit {rc}: {error_tail(log_file)}"
         elif not (total and run_finished(outcome.rows, total, with_eval)):
             outcome.status = "interrupted"
+        else:  # the run's wall-clock, reported again when a re-run skips it
+            marker.write_text(json.dumps({"overrides": overrides, "seconds": outcome.seconds},
+                                         indent=1))
         return outcome
 
     def _child(self, overrides: list[str], log_file: Path, resume: Path | None) -> int:
@@ -501,8 +505,8 @@ def write_outputs(driver: Driver, summary: dict[str, Any], outcomes: Sequence[Ru
         "ablation overrides (every variant)":
             ", ".join(f"`{x}`" for x in _overrides_text(driver.ablation.setup)) or "none",
         "seeds": ", ".join(map(str, driver.seeds)),
-        "time": f"{seconds:.0f} s of runs in this invocation (finished runs that were not run "
-                "again count 0)",
+        "time": f"{seconds:.0f} s: the runs' wall-clock, summed (an interrupted run counts "
+                "from its resume; the shared warm start is not counted)",
     }
     summary["setup"] = setup
     (root / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
