@@ -257,7 +257,11 @@ ABLATIONS: dict[str, Ablation] = {a.name: a for a in (
         (Check("entropy", "t0.6", "t1.0", "higher"),
          Check("eval/accuracy", "t0.6", "t1.0", "higher")),
         setup=dict(NO_ENTROPY),
-        notes=_NO_ENTROPY_NOTE + " Held-out accuracy is sampled at 0.6 for both."),
+        notes=_NO_ENTROPY_NOTE + " Held-out accuracy is sampled at 0.6 for both. The "
+              "entropy is the policy's own (unscaled logits, temperature 1) on the sampled "
+              "responses, for both variants; trainers that divide the logits by the rollout "
+              "temperature (as verl does) would report a lower entropy for 0.6 by "
+              "construction."),
     Ablation(
         "entropy-control",
         "Adaptive entropy control holds entropy near its target; without it entropy "
