@@ -245,17 +245,18 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_resumes_the_interrupted_run(tiny_ablat
     import time
 
     out, _ = tiny_ablation
-    cmd = [sys.executable, "-m", "trainer.cli", "ablate", "clip-higher", "--seeds", "1",
-           "--variants", "clip0.2", "--out", str(out)]
+    cmd = [sys.executable, "-m", "trainer.cli", "ablate", "temperature", "--seeds", "1",
+           "--variants", "t1.0", "--out", str(out)]
     for x in [*TINY, "total_steps=12", "eval.every_steps=0"]:
         cmd += ["--set", x]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    run = out / "clip-higher" / "runs" / "clip0.2-s0"
+    run = out / "temperature" / "runs" / "t1.0-s0"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None and not (
             (run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().strip()):
         time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()  # still running its first variant
     os.kill(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err[-3000:]
@@ -263,12 +264,12 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_resumes_the_interrupted_run(tiny_ablat
     steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert 1 <= steps[-1] < 12
     assert (run / "checkpoints" / "latest").read_text().strip() == f"step_{steps[-1]:06d}"
-    assert not (out / "clip-higher" / "summary.json").exists()
+    assert not (out / "temperature" / "summary.json").exists()
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, 13))  # continued, not restarted: one row per step
-    log = (out / "clip-higher" / "logs" / "clip0.2-s0.log").read_text()
+    log = (out / "temperature" / "logs" / "t1.0-s0.log").read_text()
     assert f"--resume {run}" in log
-    summary = json.loads((out / "clip-higher" / "summary.json").read_text())
-    assert summary["variants"]["clip0.2"]["final"]["steps"] == 12
+    summary = json.loads((out / "temperature" / "summary.json").read_text())
+    assert summary["variants"]["t1.0"]["final"]["steps"] == 12
