@@ -13,8 +13,17 @@ from pathlib import Path
 import pytest
 
 from trainer import ablate as ab
-from trainer.ablations import (ABLATIONS, INCONCLUSIVE, NOT_REPRODUCED, PROFILES, REPRODUCED,
-                               check_verdict, combine, final_numbers, seed_spread)
+from trainer.ablations import (
+    ABLATIONS,
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    PROFILES,
+    REPRODUCED,
+    check_verdict,
+    combine,
+    final_numbers,
+    seed_spread,
+)
 from trainer.cli import main as cli_main
 from trainer.run_config import load_config
 
@@ -152,8 +161,8 @@ TINY = ["total_steps=2", "warm_start.steps=10", "eval.max_problems=8", "eval.n_s
         "eval.every_steps=1", "eval.max_tokens=48", "magic.prompts_per_step=6",
         "magic.group_size=4", "micro_batch_size=24", "tiny_model.hidden_size=32",
         "tiny_model.layers=1", "log.samples_every=0",
-        "magic.stages=[{name: a, max_response_length: 24, steps: 1}, "
-        "{name: b, max_response_length: 48}]"]
+        ("magic.stages=[{name: a, max_response_length: 24, steps: 1}, "
+        "{name: b, max_response_length: 48}]")]
 
 
 def ablate_cli(out: Path) -> subprocess.CompletedProcess:
@@ -161,7 +170,8 @@ def ablate_cli(out: Path) -> subprocess.CompletedProcess:
            "--variants", "on-policy,nsgd2-reuse,nsgd4-mb", "--out", str(out)]
     for x in TINY:
         cmd += ["--set", x]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          check=False)
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +226,7 @@ def test_end_to_end_report_plots_summary_and_a_failing_variant(tiny_ablation) ->
 
 @pytest.mark.slow
 def test_a_rerun_resumes_without_redoing_finished_runs(tiny_ablation) -> None:
-    out, first = tiny_ablation
+    out, _ = tiny_ablation
     runs = out / "off-policy" / "runs"
     done = runs / "on-policy-s0" / "metrics.jsonl"
     before = done.stat().st_mtime_ns
@@ -265,7 +275,8 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_resumes_the_interrupted_run(tiny_ablat
     assert 1 <= steps[-1] < 12
     assert (run / "checkpoints" / "latest").read_text().strip() == f"step_{steps[-1]:06d}"
     assert not (out / "temperature" / "summary.json").exists()
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          check=False)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, 13))  # continued, not restarted: one row per step

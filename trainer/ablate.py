@@ -26,15 +26,25 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 
-from trainer.ablations import (ABLATIONS, PROFILES, Ablation, CheckResult, Variant,
-                               check_verdict, combine, final_numbers, seed_spread)
+from trainer.ablations import (
+    ABLATIONS,
+    PROFILES,
+    Ablation,
+    CheckResult,
+    Variant,
+    check_verdict,
+    combine,
+    final_numbers,
+    seed_spread,
+)
 from trainer.plot import read_metrics, series, trailing_mean
 from trainer.run_config import load_config
 
@@ -380,21 +390,21 @@ def report_markdown(summary: dict[str, Any], ablation: Ablation, setup: dict[str
                     plots: Sequence[str]) -> str:
     """report.md: claim, setup, the variants' table, the checks and the verdict, failures."""
     lines = [f"# Ablation `{ablation.name}`", "", f"**Claim.** {ablation.claim}", "",
-             f"**Verdict: {summary['verdict']}.** Each check compares the mean over seeds of one "
+             (f"**Verdict: {summary['verdict']}.** Each check compares the mean over seeds of one "
              "number, treatment minus baseline (d), with the seeds' spread (the larger of the two "
              "variants' max - min over seeds): |d| <= spread, or a single seed, is inconclusive; "
              "otherwise the sign of d decides. 'Similar' checks need |d| + spread <= margin. A "
              "claim is reproduced when every check is, not reproduced when any check is not "
-             "(trainer/ablations.py: check_verdict, combine).", "", "## Setup", ""]
+             "(trainer/ablations.py: check_verdict, combine)."), "", "## Setup", ""]
     for k, v in setup.items():
         lines.append(f"- {k}: {v}")
     if ablation.notes:
         lines.append(f"- notes: {ablation.notes}")
     lines += ["", "## Variants", "",
-              "Means over seeds (± half the seeds' range). Final entropy, length and truncation: "
-              "mean of the last 10 steps; tokens: response tokens generated for training.", "",
-              "| variant | overrides | seeds | final held-out acc | best held-out acc | "
-              "final entropy | mean length | truncated | tokens | status |",
+              ("Means over seeds (± half the seeds' range). Final entropy, length and truncation: "
+              "mean of the last 10 steps; tokens: response tokens generated for training."), "",
+              ("| variant | overrides | seeds | final held-out acc | best held-out acc | "
+              "final entropy | mean length | truncated | tokens | status |"),
               "|---|---|---|---|---|---|---|---|---|---|"]
     for name, v in summary["variants"].items():
         f, s = v["final"], v.get("spread", {})
@@ -402,7 +412,7 @@ def report_markdown(summary: dict[str, Any], ablation: Ablation, setup: dict[str
         if "quadruple" in v:
             ov = f"({', '.join(v['quadruple_notation'])}) = {tuple(v['quadruple'])} " + ov
 
-        def pm(key: str, pct: bool = False) -> str:
+        def pm(key: str, pct: bool = False, f: dict = f, s: dict = s) -> str:
             if f.get(key) is None:
                 return "-"
             half = s.get(key, 0.0) / 2
@@ -418,8 +428,8 @@ def report_markdown(summary: dict[str, Any], ablation: Ablation, setup: dict[str
                      f"{pm('eval/accuracy_best', True)} | {pm('entropy')} | "
                      f"{_fmt(f.get('response_length/mean'))} | {pm('truncated/frac', True)} | "
                      f"{_fmt(f.get('tokens'))} | {status} |")
-    lines += ["", "## Checks", "", "| check | d (treatment - baseline) | seeds' spread | seeds | "
-              "verdict | why |", "|---|---|---|---|---|---|"]
+    lines += ["", "## Checks", "", ("| check | d (treatment - baseline) | seeds' spread | seeds | "
+              "verdict | why |"), "|---|---|---|---|---|---|"]
     for c in summary["checks"]:
         lines.append(f"| {c['check']} | {_fmt(c['diff'])} | {_fmt(c['spread'])} | {c['seeds']} "
                      f"| **{c['verdict']}** | {c['reason']} |")
@@ -427,8 +437,8 @@ def report_markdown(summary: dict[str, Any], ablation: Ablation, setup: dict[str
         lines.append("| (no check: its variants were not run) | | | | inconclusive | |")
     if summary["failed"]:
         lines += ["", "## Failed runs", ""] + [f"- {x}" for x in summary["failed"]]
-    lines += ["", "## Plots", "", "Each variant's mean over seeds; the band spans the seeds "
-              "(min to max).", ""] + [f"![{p}]({p})" for p in plots]
+    lines += ["", "## Plots", "", ("Each variant's mean over seeds; the band spans the seeds "
+              "(min to max)."), ""] + [f"![{p}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
 
 

@@ -12,9 +12,10 @@ The ablation's verdict combines its checks' (:func:`combine`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import mean
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 Expect = Literal["higher", "lower", "similar"]
@@ -208,8 +209,8 @@ PROFILES = {
     "quick": Profile("quick", 2, (
         "total_steps=60", "checkpoint_every=0", "eval.every_steps=20", "eval.n_samples=2",
         "eval.max_problems=100", "log.tensorboard=false", "log.samples_every=20",
-        "magic.stages=[{name: short, max_response_length: 48, steps: 20}, "
-        "{name: long, max_response_length: 88}]"),
+        ("magic.stages=[{name: short, max_response_length: 48, steps: 20}, "
+        "{name: long, max_response_length: 88}]")),
         "2 seeds, 60 steps (20 at 48 tokens, then 88), held-out avg@2 on 100 problems every "
         "20 steps; fewer variants for some ablations"),
     # The demo's own schedule: 160 steps (60 at 48 tokens, 100 at 88), avg@4 on 200 problems.
