@@ -1,4 +1,5 @@
-"""``trainer`` command line: ``run``, ``config show``, ``plot``, ``eval`` and ``filter``.
+"""``trainer`` command line: ``run``, ``config show``, ``plot``, ``eval``, ``filter`` and
+``ablate``.
 
     trainer run --config FILE [--verifier-addr ADDR[,ADDR...]] [key=value ...]
     trainer run --resume runs/NAME [key=value ...]
@@ -8,6 +9,9 @@
                  [--top-p 1.0] [--max-tokens 32768] [--verifier-addr ADDR] [--engine hf|vllm]
     trainer filter --model PATH --input FILE --output FILE [--k 16 --lo 1 --hi 15]
     trainer filter --released-difficulty MODEL --input FILE --output FILE
+    trainer ablate NAME [--profile quick|full] [--seeds N] [--out DIR] [--variants A,B]
+                   [--set key=value ...]
+    trainer ablate --list
 
 Built like ``verifier``'s: each subcommand is one dataclass whose fields and docstrings tyro
 turns into flags and help. ``trainer run --help`` also lists every knob of the run config
@@ -31,6 +35,7 @@ from rich.table import Table
 from transformers.utils import logging as hf_logging
 
 from trainer import dist
+from trainer.ablate import AblateOptions, UnknownAblation, ablate, list_text
 from trainer.config import config_yaml, knob_help, load_config
 from trainer.data import DEFAULT_SUFFIX, DataError
 from trainer.engines import EngineConfig, check_model_path, create_engine
@@ -229,6 +234,28 @@ class FilterArgs(EngineArgs):
     """Longest wait for verdicts after generation ends, seconds."""
 
 
+@dataclass
+class AblateArgs:
+    """Run one ablation of the Skywork-OR1 report on the toy world, through `trainer run`:
+    DIR/NAME/report.md, plots and summary.json (trainer/ablate.py)."""
+
+    name: tyro.conf.Positional[str | None] = None
+    """The ablation (--list names them)."""
+    list_ablations: Annotated[bool, tyro.conf.arg(name="list")] = False
+    """Name the ablations and their claims."""
+    profile: Literal["quick", "full"] = "quick"
+    """quick: at most 30 min on a 2-core CPU; full: every variant, 3 seeds."""
+    seeds: int | None = None
+    """Seeds per variant (default: the profile's: quick 2, full 3)."""
+    out: Path = Path("runs/ablate")
+    """DIR: writes DIR/NAME/report.md, summary.json, plots and runs/."""
+    variants: str | None = None
+    """Comma list: run only these variants."""
+    overrides: Annotated[tyro.conf.UseAppendAction[list[str]], tyro.conf.arg(name="set")] = \
+        field(default_factory=list)
+    """key=value config override for every run, after the profile's (repeatable)."""
+
+
 def knobs_text() -> str:
     """Every key of the run config with its type, default and help (``trainer run --help``)."""
     out = ["config keys (key=value overrides; `trainer config show` prints them as YAML):", ""]
@@ -291,6 +318,22 @@ def cmd_plot(args: PlotArgs) -> int:
     for p in plot_run(Path(args.run_dir)):
         print(p)
     return 0
+
+
+def cmd_ablate(args: AblateArgs) -> int:
+    if args.list_ablations:
+        print(list_text())
+        return 0
+    if args.name is None:
+        return _user_error(ValueError("give an ablation NAME (trainer ablate --list names "
+                                      "them)"))
+    try:
+        opts = AblateOptions(name=args.name, profile=args.profile, seeds=args.seeds,
+                             out=Path(args.out), extra=list(args.overrides),
+                             variants=args.variants.split(",") if args.variants else None)
+        return ablate(opts)
+    except (UnknownAblation, ValueError, RuntimeError) as e:
+        return _user_error(e)
 
 
 def _user_error(e: Exception, what: str = "error") -> int:
@@ -378,7 +421,7 @@ def _filter_with_model(args: FilterArgs, opts, loaded):
 
 
 _COMMANDS = {RunArgs: cmd_run, ConfigArgs: cmd_config, PlotArgs: cmd_plot, EvalArgs: cmd_eval,
-             FilterArgs: cmd_filter}
+             FilterArgs: cmd_filter, AblateArgs: cmd_ablate}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -394,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         Annotated[PlotArgs, tyro.conf.subcommand("plot")],
         Annotated[EvalArgs, tyro.conf.subcommand("eval")],
         Annotated[FilterArgs, tyro.conf.subcommand("filter")],
+        Annotated[AblateArgs, tyro.conf.subcommand("ablate")],
     ]
     args = tyro.cli(command, args=argv, prog="trainer",  # type: ignore[call-overload]
                     description="MAGIC RL trainer")

@@ -1,0 +1,549 @@
+"""``trainer ablate NAME``: run the variants of one Skywork-OR1 ablation (trainer/ablations.py)
+through ``trainer run`` on the toy world, then write DIR/NAME/report.md, summary.json and
+overlay plots.
+
+Every run is ``python -m trainer.cli run --config trainer/configs/demo.yaml key=value ...``
+in a child process: the profile's overrides, then ``--set`` ones, the ablation's setup, the
+variant's, and last the run's place (name, output_dir, model_path, data). All variants and seeds
+start from one warm-started policy, made once per out directory by a one-step ``trainer run``
+of the demo config (its warm_start/ folder), so seeds vary the RL run (data order, sampling,
+mini-batch shuffles), not the starting point.
+
+Resume: a run whose metrics reach its last step with a held-out evaluation is finished and not
+run again; one with a checkpoint continues with ``trainer run --resume``. Ctrl-C is forwarded
+once to the running child (its own session, so a terminal's Ctrl-C reaches only this driver):
+the child finishes its step and writes a checkpoint; a second Ctrl-C kills it. SIGTERM is
+handled as a Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+import yaml
+
+from trainer.ablations import (
+    ABLATIONS,
+    PROFILES,
+    Ablation,
+    CheckResult,
+    Variant,
+    check_verdict,
+    combine,
+    final_numbers,
+    seed_spread,
+)
+from trainer.plot import read_metrics, series, trailing_mean
+from trainer.config import load_config
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE_CONFIG = ROOT / "trainer" / "configs" / "demo.yaml"
+MARKER = "ablate.json"  # in each run directory: the overrides it was made with
+
+
+class UnknownAblation(ValueError):
+    pass
+
+
+@dataclass
+class AblateOptions:
+    name: str
+    profile: str = "quick"
+    seeds: int | None = None
+    """Seeds per variant (default: the profile's)."""
+    out: Path = Path("runs/ablate")
+    variants: list[str] | None = None
+    """Run only these variants (default: the profile's)."""
+    extra: list[str] = field(default_factory=list)
+    """``key=value`` overrides for every run, after the profile's (``--set``)."""
+
+
+@dataclass
+class RunOutcome:
+    variant: str
+    seed: int
+    run_dir: Path
+    status: str  # "finished" | "skipped" (finished before) | "failed" | "interrupted"
+    seconds: float = 0.0
+    error: str = ""
+    rows: list[dict] = field(default_factory=list)
+
+
+def get_ablation(name: str) -> Ablation:
+    if name not in ABLATIONS:
+        raise UnknownAblation(f"unknown ablation {name!r}; valid ones: {', '.join(ABLATIONS)}")
+    return ABLATIONS[name]
+
+
+def list_text() -> str:
+    width = max(len(n) for n in ABLATIONS)
+    return "\n".join(f"{n:<{width}}  {a.claim}" for n, a in ABLATIONS.items())
+
+
+def run_finished(rows: Sequence[dict], total_steps: int, with_eval: bool) -> bool:
+    """A run directory's metrics reach ``total_steps`` (and its final evaluation)."""
+    last = [r for r in rows if r.get("step") == total_steps and "reward/mean" in r]
+    return bool(last) and (not with_eval or "eval/accuracy" in last[-1])
+
+
+def _overrides_text(overrides: dict[str, str]) -> list[str]:
+    """``key=value`` strings (the run config reads each value as its field expects:
+    ``magic.entropy_mode=off`` is the string "off")."""
+    return [f"{k}={v}" for k, v in overrides.items()]
+
+
+# -- the driver --------------------------------------------------------------------------------
+
+class Driver:
+    def __init__(self, opts: AblateOptions):
+        self.ablation = get_ablation(opts.name)
+        if opts.profile not in PROFILES:
+            raise ValueError(f"unknown profile {opts.profile!r}; valid: {', '.join(PROFILES)}")
+        self.profile = PROFILES[opts.profile]
+        self.opts = opts
+        self.seeds = list(range(opts.seeds if opts.seeds is not None else self.profile.seeds))
+        if not self.seeds:
+            raise ValueError("--seeds must be >= 1")
+        variants = self.ablation.variants_for(opts.profile)
+        if opts.variants:
+            known = {v.name: v for v in self.ablation.variants}
+            bad = [v for v in opts.variants if v not in known]
+            if bad:
+                raise ValueError(f"unknown variants {bad} of {self.ablation.name}; valid: "
+                                 f"{', '.join(known)}")
+            variants = tuple(known[v] for v in opts.variants)
+        self.variants: tuple[Variant, ...] = variants
+        self.out = Path(opts.out).resolve()
+        self.root = self.out / self.ablation.name
+        self.data = self.out / "data"
+
+    def common(self) -> list[str]:
+        return [*self.profile.overrides, *self.opts.extra]
+
+    def data_overrides(self) -> list[str]:
+        return [f"data.train_files=[{self.data / 'train.jsonl'}]",
+                f"data.eval_files=[{self.data / 'eval.jsonl'}]", "log.progress=off"]
+
+    # -- shared inputs --
+    def write_data(self) -> None:
+        """The demo's toy world (scripts/demo.py: same generator arguments)."""
+        spec = importlib.util.spec_from_file_location("demo", ROOT / "scripts" / "demo.py")
+        demo = importlib.util.module_from_spec(spec)
+        assert spec.loader is not None
+        spec.loader.exec_module(demo)
+        self.data.mkdir(parents=True, exist_ok=True)
+        demo.write_data(self.data)
+
+    def warm_start(self) -> Path:
+        """The warm-started policy every run starts from: a one-step ``trainer run`` of the
+        base config, kept per out directory under a key of the settings that shape it (so
+        another ablation, or other ``--set`` steps, reuse it)."""
+        overrides = [*self.common(), *self.data_overrides(), "total_steps=1",
+                     "eval.every_steps=0", "checkpoint_every=0", "log.plots=false",
+                     "log.samples_every=0", "log.tensorboard=false", "seed=0"]
+        cfg = load_config(BASE_CONFIG, overrides).to_dict()
+        shaping = {k: cfg[k] for k in ("tiny_model", "warm_start", "data", "seed")}
+        shaping["max_prompt_length"] = cfg["magic"]["max_prompt_length"]
+        key = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:10]
+        run_dir = self.out / f"warm-start-{key}"
+        model = run_dir / "warm_start"
+        if (model / "config.json").exists():
+            return model
+        log.info("warm start: %s", run_dir)
+        log_file = self.out / "logs" / f"{run_dir.name}.log"
+        rc = self._child([*overrides, f"name={run_dir.name}", f"output_dir={self.out}"],
+                         log_file, resume=None)
+        if rc != 0 or not (model / "config.json").exists():
+            raise RuntimeError(f"the warm start failed (exit {rc}): {error_tail(log_file)}")
+        return model
+
+    # -- runs --
+    def run_overrides(self, variant: Variant, seed: int, model: Path) -> list[str]:
+        return [*self.common(), *_overrides_text(self.ablation.setup),
+                *_overrides_text(variant.overrides), *self.data_overrides(),
+                f"seed={seed}", f"name={variant.name}-s{seed}",
+                f"output_dir={self.root / 'runs'}", f"model_path={model}", "tiny_model=null",
+                "warm_start.steps=0"]
+
+    def run_one(self, variant: Variant, seed: int, model: Path) -> RunOutcome:
+        overrides = self.run_overrides(variant, seed, model)
+        run_dir = self.root / "runs" / f"{variant.name}-s{seed}"
+        log_file = self.root / "logs" / f"{run_dir.name}.log"
+        outcome = RunOutcome(variant.name, seed, run_dir, "finished")
+        marker = run_dir / MARKER
+        resume: Path | None = None
+        if marker.exists():
+            made_with = json.loads(marker.read_text()).get("overrides")
+            if made_with != overrides and (run_dir / "config.yaml").exists():
+                outcome.status = "failed"
+                outcome.error = (f"{run_dir} was made with other overrides (another profile, "
+                                 "--set or version): remove it or use another --out")
+                return outcome
+            rows = _rows(run_dir)
+            total, with_eval = _run_shape(run_dir)
+            if rows and total and run_finished(rows, total, with_eval):
+                outcome.status, outcome.rows = "skipped", rows
+                outcome.seconds = float(json.loads(marker.read_text()).get("seconds", 0.0))
+                return outcome
+            if (run_dir / "checkpoints" / "latest").exists():
+                resume = run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps({"overrides": overrides}, indent=1))
+        t0 = time.monotonic()
+        rc = self._child(overrides, log_file, resume=resume)
+        outcome.seconds = time.monotonic() - t0
+        outcome.rows = _rows(run_dir)
+        total, with_eval = _run_shape(run_dir)
+        if rc != 0:
+            outcome.status = "failed"
+            outcome.error = f"exit {rc}: {error_tail(log_file)}"
+        elif not (total and run_finished(outcome.rows, total, with_eval)):
+            outcome.status = "interrupted"
+        else:  # the run's wall-clock, reported again when a re-run skips it
+            marker.write_text(json.dumps({"overrides": overrides, "seconds": outcome.seconds},
+                                         indent=1))
+        return outcome
+
+    def _child(self, overrides: list[str], log_file: Path, resume: Path | None) -> int:
+        cmd = [sys.executable, "-m", "trainer.cli", "run"]
+        cmd += ["--resume", str(resume)] if resume is not None else ["--config", str(BASE_CONFIG),
+                                                                    *overrides]
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with log_file.open("a") as f:
+            f.write(f"$ {' '.join(cmd)}\n")
+            f.flush()
+            # Own session: a terminal's Ctrl-C reaches only this driver, which forwards it once.
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:
+                proc.send_signal(signal.SIGINT)
+                print("\nCtrl-C: the running variant finishes its step and writes a "
+                      "checkpoint (Ctrl-C again to kill it)", file=sys.stderr, flush=True)
+                try:
+                    proc.wait()
+                except KeyboardInterrupt:
+                    proc.kill()
+                    proc.wait()
+                raise
+
+    def run(self) -> tuple[dict[str, Any], list[RunOutcome]]:
+        """Every variant x seed; returns (summary, outcomes). KeyboardInterrupt propagates
+        after the running child stopped."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.write_data()
+        model = self.warm_start()
+        outcomes: list[RunOutcome] = []
+        for variant in self.variants:
+            for seed in self.seeds:
+                print(f"[{self.ablation.name}] {variant.name} seed {seed} ...", flush=True)
+                o = self.run_one(variant, seed, model)
+                outcomes.append(o)
+                how = {"skipped": "already finished, not run again",
+                       "finished": f"finished in {o.seconds:.0f} s",
+                       "interrupted": "interrupted", "failed": f"FAILED: {o.error}"}[o.status]
+                print(f"[{self.ablation.name}] {variant.name} seed {seed}: {how}", flush=True)
+                if o.status == "interrupted":
+                    raise KeyboardInterrupt
+        summary = build_summary(self.ablation, self.variants, outcomes, self.quadruples())
+        summary["profile"] = self.profile.name
+        write_outputs(self, summary, outcomes)
+        return summary, outcomes
+
+
+    def quadruples(self) -> dict[str, list[int]]:
+        """(N_SGD, D_R, D_T, N_reuse) in numbers, as each variant's config derives it."""
+        out = {}
+        for v in self.variants:
+            if v.quadruple is None:
+                continue
+            try:
+                q = load_config(BASE_CONFIG, self.run_overrides(v, 0, Path("model"))) \
+                    .magic.off_policy()
+            except ValueError:  # an invalid variant: recorded as failed by its run
+                continue
+            out[v.name] = [q.n_sgd, q.rollout_batch_size, q.mini_batch_size, q.n_reuse]
+        return out
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    try:
+        return read_metrics(run_dir)
+    except (FileNotFoundError, ValueError):
+        return []
+
+
+def _config(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "config.yaml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+
+
+def _run_shape(run_dir: Path) -> tuple[int, bool]:
+    """(total_steps, evaluates?) from the run's own config.yaml (0 without one)."""
+    cfg = _config(run_dir)
+    if not cfg:
+        return 0, False
+    return int(cfg.get("total_steps", 0)), bool((cfg.get("eval") or {}).get("every_steps"))
+
+
+def error_tail(log_file: Path, lines: int = 3) -> str:
+    """The last non-empty lines of a child's last run in its log (where its error is)."""
+    if not log_file.exists():
+        return "no output"
+    text = log_file.read_text(errors="replace").split("\n$ ")[-1].splitlines()[1:]
+    text = [ln.strip() for ln in text if ln.strip()]
+    return " ".join(text[-lines:]) or "no output"
+
+
+# -- summary -----------------------------------------------------------------------------------
+
+def build_summary(ablation: Ablation, variants: Sequence[Variant],
+                  outcomes: Sequence[RunOutcome],
+                  quadruples: dict[str, list[int]] | None = None) -> dict[str, Any]:
+    """summary.json's content from the runs' outcomes (and each run's config.yaml, for the
+    entropy target). ``quadruple``: the numbers of ``quadruples`` where given, else the
+    report's notation (D = D_R)."""
+    out_variants: dict[str, Any] = {}
+    per_seed: dict[str, list[dict]] = {}
+    for v in variants:
+        mine = [o for o in outcomes if o.variant == v.name]
+        ok = [o for o in mine if o.status in ("finished", "skipped")]
+        target = None
+        if ok:
+            target = ((_config(ok[0].run_dir).get("magic") or {}).get("entropy_target"))
+        finals = [final_numbers(o.rows, target) for o in ok]
+        per_seed[v.name] = finals
+        entry: dict[str, Any] = {
+            "overrides": {**ablation.setup, **v.overrides},
+            "seeds": [o.seed for o in ok],
+            "run_dirs": [str(o.run_dir) for o in ok],
+            "final": _mean_finals(finals),
+            "spread": {k: seed_spread([f[k] for f in finals if f.get(k) is not None])
+                       for k in (finals[0] if finals else {})},
+            "per_seed": finals,
+            "seconds": sum(o.seconds for o in mine),
+        }
+        if v.quadruple is not None:
+            entry["quadruple"] = (quadruples or {}).get(v.name, list(v.quadruple))
+            entry["quadruple_notation"] = list(v.quadruple)
+        failed = [o for o in mine if o.status == "failed"]
+        if failed:
+            entry["failed"] = [{"seed": o.seed, "run_dir": str(o.run_dir), "error": o.error}
+                               for o in failed]
+        out_variants[v.name] = entry
+    checks = []
+    for c in ablation.checks_for([v.name for v in variants]):
+        res: CheckResult = check_verdict(
+            [f[c.metric] for f in per_seed[c.baseline] if f.get(c.metric) is not None],
+            [f[c.metric] for f in per_seed[c.treatment] if f.get(c.metric) is not None],
+            c.expect, c.margin)
+        checks.append({"check": c.describe(), "metric": c.metric, "baseline": c.baseline,
+                       "treatment": c.treatment, "expect": c.expect, "margin": c.margin,
+                       "verdict": res.verdict, "diff": res.diff, "spread": res.spread,
+                       "seeds": res.seeds, "reason": res.reason})
+    return {"ablation": ablation.name, "claim": ablation.claim,
+            "verdict": combine([c["verdict"] for c in checks]),
+            "variants": out_variants, "checks": checks,
+            "failed": [f"{o.variant} seed {o.seed}: {o.error}" for o in outcomes
+                       if o.status == "failed"]}
+
+
+def _mean_finals(finals: Sequence[dict]) -> dict[str, float | None]:
+    if not finals:
+        return {}
+    out: dict[str, float | None] = {}
+    for k in finals[0]:
+        vals = [f[k] for f in finals if f.get(k) is not None]
+        out[k] = mean(vals) if vals else None
+    return out
+
+
+# -- report and plots --------------------------------------------------------------------------
+
+def _fmt(v: Any, pct: bool = False) -> str:
+    if v is None:
+        return "-"
+    if pct:
+        return f"{100 * v:.1f}%"
+    if isinstance(v, float) and abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def report_markdown(summary: dict[str, Any], ablation: Ablation, setup: dict[str, Any],
+                    plots: Sequence[str]) -> str:
+    """report.md: claim, setup, the variants' table, the checks and the verdict, failures."""
+    lines = [f"# Ablation `{ablation.name}`", "", f"**Claim.** {ablation.claim}", "",
+             (f"**Verdict: {summary['verdict']}.** Each check compares the mean over seeds of one "
+             "number, treatment minus baseline (d), with the seeds' spread (the larger of the two "
+             "variants' max - min over seeds): |d| <= spread, or a single seed, is inconclusive; "
+             "otherwise the sign of d decides. 'Similar' checks need |d| + spread <= margin. A "
+             "claim is reproduced when every check is, not reproduced when any check is not "
+             "(trainer/ablations.py: check_verdict, combine)."), "", "## Setup", ""]
+    for k, v in setup.items():
+        lines.append(f"- {k}: {v}")
+    if ablation.notes:
+        lines.append(f"- notes: {ablation.notes}")
+    lines += ["", "## Variants", "",
+              ("Means over seeds (± half the seeds' range). Final entropy, length and truncation: "
+              "mean of the last 10 steps; tokens: response tokens generated for training."), "",
+              ("| variant | overrides | seeds | final held-out acc | best held-out acc | "
+              "final entropy | mean length | truncated | tokens | status |"),
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, v in summary["variants"].items():
+        f, s = v["final"], v.get("spread", {})
+        ov = ", ".join(f"`{k}={val}`" for k, val in v["overrides"].items()) or "(base)"
+        if "quadruple" in v:
+            ov = f"({', '.join(v['quadruple_notation'])}) = {tuple(v['quadruple'])} " + ov
+
+        def pm(key: str, pct: bool = False, f: dict = f, s: dict = s) -> str:
+            if f.get(key) is None:
+                return "-"
+            half = s.get(key, 0.0) / 2
+            if pct:
+                return f"{100 * f[key]:.1f}% ± {100 * half:.1f}"
+            return f"{f[key]:.4g} ± {half:.2g}"
+
+        status = "ok" if v["seeds"] else "not run"
+        if "failed" in v:
+            status = "FAILED: " + "; ".join(f"seed {x['seed']}: {x['error']}"
+                                            for x in v["failed"])
+        lines.append(f"| {name} | {ov} | {len(v['seeds'])} | {pm('eval/accuracy', True)} | "
+                     f"{pm('eval/accuracy_best', True)} | {pm('entropy')} | "
+                     f"{_fmt(f.get('response_length/mean'))} | {pm('truncated/frac', True)} | "
+                     f"{_fmt(f.get('tokens'))} | {status} |")
+    lines += ["", "## Checks", "", ("| check | d (treatment - baseline) | seeds' spread | seeds | "
+              "verdict | why |"), "|---|---|---|---|---|---|"]
+    for c in summary["checks"]:
+        lines.append(f"| {c['check']} | {_fmt(c['diff'])} | {_fmt(c['spread'])} | {c['seeds']} "
+                     f"| **{c['verdict']}** | {c['reason']} |")
+    if not summary["checks"]:
+        lines.append("| (no check: its variants were not run) | | | | inconclusive | |")
+    if summary["failed"]:
+        lines += ["", "## Failed runs", ""] + [f"- {x}" for x in summary["failed"]]
+    lines += ["", "## Plots", "", ("Each variant's mean over seeds; the band spans the seeds "
+              "(min to max)."), ""] + [f"![{p}]({p})" for p in plots]
+    return "\n".join(lines) + "\n"
+
+
+PLOTS = (("entropy", "entropy (nats per token, 10-step mean)", "entropy.png", True),
+         ("eval/accuracy", "held-out accuracy", "accuracy.png", False),
+         ("response_length/mean", "response length (tokens, 10-step mean)", "length.png", True),
+         ("truncated/frac", "truncated fraction (10-step mean)", "truncated.png", True))
+
+
+def band(per_seed: Sequence[tuple[list[int], list[float]]]) -> tuple[list[int], list[float],
+                                                                       list[float], list[float]]:
+    """(steps, mean, min, max) over the seeds at the steps every seed logged."""
+    common = sorted(set.intersection(*(set(xs) for xs, _ in per_seed))) if per_seed else []
+    maps = [dict(zip(xs, ys)) for xs, ys in per_seed]
+    mid = [mean(m[x] for m in maps) for x in common]
+    lo = [min(m[x] for m in maps) for x in common]
+    hi = [max(m[x] for m in maps) for x in common]
+    return common, mid, lo, hi
+
+
+def write_plots(root: Path, summary: dict[str, Any], outcomes: Sequence[RunOutcome]) -> list[str]:
+    import matplotlib  # the training extra's plotting library, only needed here
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for key, title, name, smooth in PLOTS:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        drawn = False
+        for i, variant in enumerate(summary["variants"]):
+            runs = [o for o in outcomes if o.variant == variant and o.status in
+                    ("finished", "skipped") and o.rows]
+            per_seed = []
+            for o in runs:
+                xs, ys = series(o.rows, key)
+                if smooth:
+                    ys = trailing_mean(ys)
+                if xs:
+                    per_seed.append((xs, ys))
+            if not per_seed:
+                continue
+            xs, mid, lo, hi = band(per_seed)
+            color = f"C{i}"
+            ax.plot(xs, mid, "o-" if not smooth else "-", markersize=3, color=color,
+                    label=f"{variant} ({len(per_seed)} seed{'s' if len(per_seed) > 1 else ''})")
+            if len(per_seed) > 1:
+                ax.fill_between(xs, lo, hi, color=color, alpha=0.2)
+            drawn = True
+        ax.set_title(f"{summary['ablation']}: {title}")
+        ax.set_xlabel("step")
+        if drawn:
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(root / name, dpi=80)
+        plt.close(fig)
+        written.append(name)
+    return written
+
+
+def write_outputs(driver: Driver, summary: dict[str, Any], outcomes: Sequence[RunOutcome]) -> None:
+    root = driver.root
+    plots = write_plots(root, summary, outcomes)
+    seconds = sum(o.seconds for o in outcomes)
+    setup = {
+        "command": f"trainer ablate {driver.ablation.name} --profile {driver.profile.name} "
+                   f"--seeds {len(driver.seeds)}" + "".join(f" --set '{x}'"
+                                                            for x in driver.opts.extra),
+        "profile": f"{driver.profile.name}: {driver.profile.about}",
+        "base": "trainer/configs/demo.yaml (the toy world, a tiny Qwen2 model warm-started "
+                "once, 16 prompts x 8 samples, clip-higher 0.28, adaptive entropy target "
+                "0.06, no KL), through `trainer run`",
+        "profile overrides": ", ".join(f"`{x}`" for x in driver.common()) or "none",
+        "ablation overrides (every variant)":
+            ", ".join(f"`{x}`" for x in _overrides_text(driver.ablation.setup)) or "none",
+        "seeds": ", ".join(map(str, driver.seeds)),
+        "time": f"{seconds:.0f} s: the runs' wall-clock, summed (an interrupted run counts "
+                "from its resume; the shared warm start is not counted)",
+    }
+    summary["setup"] = setup
+    (root / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (root / "report.md").write_text(report_markdown(summary, driver.ablation, setup, plots))
+
+
+def ablate(opts: AblateOptions) -> int:
+    """The command: 0 when every run finished, 1 when any failed, 130 after Ctrl-C."""
+    driver = Driver(opts)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # stop as on Ctrl-C: the running variant checkpoints
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        summary, outcomes = driver.run()
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: run the same command again to resume ({driver.root})",
+              file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print(f"verdict: {summary['verdict']}")
+    for c in summary["checks"]:
+        print(f"  {c['check']}: d={_fmt(c['diff'])}, spread={_fmt(c['spread'])} -> "
+              f"{c['verdict']}")
+    print(f"report:  {driver.root / 'report.md'}\nsummary: {driver.root / 'summary.json'}")
+    failed = [o for o in outcomes if o.status == "failed"]
+    for o in failed:
+        print(f"FAILED: {o.variant} seed {o.seed}: {o.error}", file=sys.stderr)
+    return 1 if failed else 0
