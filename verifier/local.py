@@ -41,6 +41,7 @@ class LocalVerifier:
         )
         self.lines: deque[str] = deque(maxlen=200)
         self.sandbox_problem: str | None = None
+        self.metrics_port: int | None = None  # with "--metrics-port", the bound port
         self.address = self._wait_for_address(startup_timeout_s)
         # Keep draining the child's output so it never blocks on a full pipe.
         self._reader = threading.Thread(target=self._drain, daemon=True)
@@ -60,6 +61,7 @@ class LocalVerifier:
                 continue
             if rec.get("message") == "verifier listening":
                 self.sandbox_problem = rec.get("sandbox_problem")
+                self.metrics_port = rec.get("metrics_port")
                 return rec["address"]
         self.proc.kill()
         raise RuntimeError(f"verifier serve not ready after {timeout_s:g} s:\n" + "".join(self.lines))

@@ -13,13 +13,13 @@ import threading
 import time
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from sandbox import SandboxKind, SandboxUnavailable, create_sandbox
 from verifier.items import Item, Limits, Outcome, Result, Status, VerifierError, validate_item
 from verifier.code_score import score_code
 from verifier.math_score import quick_verdict, score_math
-from verifier.pool import DeadlineExceeded, DeadlinePool, TaskFailed, WorkerDied
+from verifier.pool import TASK_CPU, DeadlineExceeded, DeadlinePool, TaskFailed, WorkerDied
 from verifier.profiles import Profile, ProfileName, get_profile
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,12 @@ def _math_task(response: str, ground_truth: Any, limits: Limits, profile: str) -
 
 
 class Scorer:
-    """Scores items; ``submit`` returns a Future[Result] and never raises for a bad item."""
+    """Scores items; ``submit`` returns a Future[Result] and never raises for a bad item.
+
+    The returned future carries ``costs``: a dict of the item's measured costs (seconds, the
+    stages of verifier/metrics.py STAGES and ``queue_wait``), complete when the result is set
+    (docs/verifier.md 3). It is a side channel for metrics and benchmarks: never part of the
+    Result."""
 
     def __init__(self, config: ScoringConfig, sandbox: Any | None = None):
         self.config = config
@@ -178,15 +183,21 @@ class Scorer:
         quick = quick_verdict(item.response, item.ground_truth, profile)
         if quick is not None:
             return _done(_result(item, quick, limits, start, profile))
+        out: Future = Future()
+        out.costs = {}  # type: ignore[attr-defined]
         inner = self._pool.submit(
             _math_task,
             (item.response, item.ground_truth, limits, profile.name),
             limits.timeout_s,
             block_s,
         )
-        out: Future = Future()
 
         def finish(f: Future) -> None:
+            c = f.costs  # type: ignore[attr-defined]
+            out.costs.update(  # type: ignore[attr-defined]
+                {"scoring": c[TASK_CPU], "worker_ipc": c["worker_ipc"],
+                 "pool_supervisor": c["supervisor"], "queue_wait": c["queue_wait"]}
+                if TASK_CPU in c else {k: v for k, v in c.items() if k == "queue_wait"})
             try:
                 outcome = f.result()
             except CancelledError:
@@ -233,8 +244,12 @@ class Scorer:
                 "resource_exhausted",
             )
         sandbox = self.sandbox
+        costs: dict[str, float] = {}
+        queued_at = time.monotonic()
 
         def run() -> Result:
+            costs["queue_wait"] = time.monotonic() - queued_at
+            cpu0 = time.thread_time()
             try:
                 outcome = score_code(
                     item.response,
@@ -243,14 +258,17 @@ class Scorer:
                     sandbox,
                     self._run_compare,
                     profile,
+                    costs,
                 )
             except Exception as e:  # noqa: BLE001 - score_code should not raise; if it does,
                 # the item says so instead of the whole batch failing.
                 log.exception("code scorer failed", extra={"item_id": item.id})
                 outcome = Outcome(Status.INTERNAL_ERROR, f"code scorer failed: {type(e).__name__}: {e}")
+            costs["judge"] = time.thread_time() - cpu0
             return _result(item, outcome, item.limits, start, profile)
 
         fut = self._code_threads.submit(run)
+        fut.costs = costs  # type: ignore[attr-defined]
         fut.add_done_callback(lambda _f: self._code_slots.release())
         return fut
 
@@ -266,6 +284,7 @@ def _result(
 
 def _done(result: Result) -> Future:
     f: Future = Future()
+    f.costs = {}  # type: ignore[attr-defined]
     f.set_result(result)
     return f
 
