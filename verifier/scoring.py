@@ -37,6 +37,11 @@ class ScoringConfig:
     docker_image: str = "python:3.11-slim"
     """Image of the docker sandbox's containers (with ``--sandbox docker``; the engine is the
     one DOCKER_HOST names). It must hold ``python3``; the verifier image does."""
+    code_concurrency: int = 0
+    """Code samples run at once; 0 (default): ``workers``. A sample's jail spends about as
+    much wall time in the kernel (namespaces, cgroups made and torn down) as on the CPU, so
+    a value above the cores keeps them busy (docs/verifier.md 3); it also lets CPU-heavy
+    tests share the cores, so their wall-clock limits get less slack."""
     math_timeout_s: float = 5.0
     """Hard wall-clock deadline for one math item, seconds, unless the item asks for another.
     5 s is far above a normal item (~10 ms) and bounds a sympy blow-up."""
@@ -86,17 +91,18 @@ class Scorer:
         # Comparing a program's output with the expected one: in worker processes under a
         # deadline, never on the server's threads (a program chooses its output: a hash-flooded
         # set, millions of numbers). One per code thread, so a comparison never queues.
+        code_slots = config.code_concurrency or config.workers
         self._compare_pool = DeadlinePool(
-            config.workers,
-            max_pending=config.workers,
+            code_slots,
+            max_pending=code_slots,
             memory_mb=config.worker_memory_mb,
             preload=_preload_modules(),
         )
         self._code_threads = ThreadPoolExecutor(
-            max_workers=config.workers, thread_name_prefix="verifier-code"
+            max_workers=code_slots, thread_name_prefix="verifier-code"
         )
         # Bounds the code items accepted but not finished, like the math pool's queue.
-        self._code_slots = threading.BoundedSemaphore(config.max_pending + config.workers)
+        self._code_slots = threading.BoundedSemaphore(config.max_pending + code_slots)
         self.sandbox = sandbox
         self.sandbox_problem: str | None = None
         if sandbox is None:
