@@ -95,19 +95,29 @@ def main() -> None:
     ap.add_argument("--mix", choices=sorted(MIXES), default="light")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--before", type=Path, default=None,
+                    help="a checkout of the code before a change (git archive REV | tar -x -C "
+                         "DIR): its server runs in every round too, for a before/after ratio")
     args = ap.parse_args()
     items = make_items(args.n, mix=args.mix)
     warmup = make_items(50, seed=99, mix=args.mix)
-    bases, cands, ratios = [], [], []
+    bases, cands, ratios, befores, gains = [], [], [], [], []
     run = None
     for k in range(args.rounds):
         base = baseline(items)
+        if args.before is not None:
+            old = stream_run(items, args.workers, warmup, breakdown=False, root=args.before)
+            befores.append(old.rate / (2 * base))
         run = stream_run(items, args.workers, warmup)
         bases.append(base)
         cands.append(run.rate)
         ratios.append(run.rate / (2 * base))
-        print(f"round {k + 1}: baseline {base:7.1f}/s  candidate {run.rate:7.1f}/s  "
-              f"ratio {ratios[-1]:.2f}", flush=True)
+        line = (f"round {k + 1}: baseline {base:7.1f}/s  candidate {run.rate:7.1f}/s  "
+                f"ratio {ratios[-1]:.2f}")
+        if befores:
+            gains.append(run.rate / old.rate)
+            line += f"  (before: {old.rate:7.1f}/s, ratio {befores[-1]:.2f})"
+        print(line, flush=True)
     assert run is not None
     print(f"items: {args.n} unique, {args.mix} mix; verdicts over gRPC: {run.counts}")
     print(f"baseline  (plain math-verify loop, 1 process): {median(bases):8.1f} items/s  "
@@ -116,6 +126,9 @@ def main() -> None:
           f"{median(cands):8.1f} items/s")
     print(f"ratio candidate / (2 x baseline), median of {args.rounds}: {median(ratios):.2f}  "
           f"(goal >= {GOALS[args.mix]})")
+    if befores:
+        print(f"before ({args.before}): ratio {median(befores):.2f}; candidate / before, "
+              f"median of {args.rounds}: {median(gains):.2f}")
     print(f"baseline CPU per item: {1e3 / median(bases):.3f} ms (one process, all of it scoring)")
     print_breakdown(run, ["receive", "pool_supervisor", "worker_ipc", "scoring", "encode"],
                     f"math, {args.mix} mix, last round")

@@ -104,15 +104,16 @@ def _client_codec(items: list[dict], results: list) -> tuple[float, float]:
 
 
 def stream_run(items: list[dict], workers: int, warmup: list[dict], *, breakdown: bool = True,
-               extra_args: tuple[str, ...] = ()) -> Run:
+               extra_args: tuple[str, ...] = (), root: Path | None = None) -> Run:
     """One client streaming ``items`` through a new ``verifier serve --workers N`` (after
     ``warmup`` warms the connection and the workers): items/s, verdict counts and, with
-    ``breakdown``, the measured CPU per item of each stage."""
+    ``breakdown``, the measured CPU per item of each stage. ``root``: serve the verifier of
+    another checkout (a "before" build)."""
     from verifier.client import VerifierClient
     from verifier.local import LocalVerifier
 
     args = ("--metrics-port", "0", *extra_args) if breakdown else extra_args
-    with LocalVerifier(*args, workers=workers) as server:
+    with LocalVerifier(*args, workers=workers, root=root) as server:
         if server.sandbox_problem and any(it["domain"] == "code" for it in items):
             raise RuntimeError(f"no sandbox: {server.sandbox_problem}")
         with VerifierClient(server.address) as client:

@@ -19,6 +19,7 @@ import logging
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 from concurrent import futures as cf
@@ -155,6 +156,9 @@ def _is_loopback(host: str) -> bool:
     except ValueError:
         return False
 
+
+SWITCH_INTERVAL_S = 0.0005
+"""``sys.setswitchinterval`` of a serving process (see ``serve``)."""
 
 # The longest a call waits for its items, seconds. A call without a deadline (grpcurl, Node's
 # grpc-js) reports ~3.6e11 s remaining, and a timeout that large overflows time_t inside
@@ -525,6 +529,11 @@ def serve(config: ServeConfig) -> None:
     # are up, and a parent killed right after reading it must still be noticed (read later,
     # getppid() would already be the reaper's pid and never change).
     parent = os.getppid()
+    # The GIL hand-off interval: this process's threads (gRPC's, the stream readers, the pools'
+    # supervisors) each do ~0.1 ms of Python per item and then wait on I/O. With the default
+    # 5 ms interval a supervisor holding a worker's reply can wait up to 5 ms for the GIL while
+    # its worker idles; 0.5 ms keeps the workers fed (docs/verifier.md 3).
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     host = f"[{config.host}]" if ":" in config.host else config.host
     server, port = create_server(f"{host}:{config.port}", config)
     log.info("verifier listening", extra={
