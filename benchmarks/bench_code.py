@@ -72,7 +72,8 @@ def _fib(n: int) -> int:
 HEAVY = ("n = int(input())\ns = 0\nfor i in range(n):\n    s = (s + i * i) % 1000003\nprint(s)\n",
          lambda r: f"{r.choice([10, 1000, 300000, 1500000])}\n",
          lambda s: f"{sum(i * i for i in range(int(s))) % 1000003}\n")
-LOOPS = "n = int(input())\nwhile n != 1:\n    n = n // 2 if n % 2 == 0 else 3 * n + 1\n    n = max(n, 2) if n > 10**6 else n\nprint(n)\n"
+# HEAVY's program, except that one input never finishes (the test times out)
+LOOPS = "n = int(input())\nwhile n == 7:\n    pass\ns = 0\nfor i in range(n):\n    s = (s + i * i) % 1000003\nprint(s)\n"
 LCB_TEST_TIMEOUT_S = 2.0
 
 
@@ -90,11 +91,11 @@ def make_samples(n: int, seed: int = 0, workload: str = "simple") -> list[dict]:
                 program, gen, ref = HEAVY
         inputs = [gen(rng) for _ in range(n_tests)]
         outputs = [ref(x) for x in inputs]
-        if workload == "lcb" and rng.random() < 0.03:
-            # a few never finish one of their tests: 3n+1 that cannot reach 1 once capped
-            program = LOOPS
-            inputs[rng.randrange(n_tests)] = "3000001\n"
-            outputs = [x for x in outputs]
+        if workload == "lcb" and rng.random() < 0.04:
+            # a few never finish one of their tests
+            program, inputs = LOOPS, [HEAVY[1](rng) for _ in range(n_tests)]
+            inputs[rng.randrange(n_tests)] = "7\n"
+            outputs = [HEAVY[2](x) for x in inputs]
         elif rng.random() < (0.5 if workload == "simple" else 0.3):
             program = rng.choice(WRONG)
         program = f"# sample {i}\n{program}"  # unique programs
