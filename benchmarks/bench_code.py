@@ -73,7 +73,8 @@ HEAVY = ("n = int(input())\ns = 0\nfor i in range(n):\n    s = (s + i * i) % 100
          lambda r: f"{r.choice([10, 1000, 300000, 1500000])}\n",
          lambda s: f"{sum(i * i for i in range(int(s))) % 1000003}\n")
 # HEAVY's program, except that one input never finishes (the test times out)
-LOOPS = "n = int(input())\nwhile n == 7:\n    pass\ns = 0\nfor i in range(n):\n    s = (s + i * i) % 1000003\nprint(s)\n"
+LOOPS = ("n = int(input())\nwhile n == 7:\n    pass\n"
+         "s = 0\nfor i in range(n):\n    s = (s + i * i) % 1000003\nprint(s)\n")
 LCB_TEST_TIMEOUT_S = 2.0
 
 
@@ -189,7 +190,8 @@ def main() -> None:
               f"median sample done at {median(lat):.2f} s, slowest at {lat[-1]:.2f} s "
               f"(x{lat[-1] / median(lat):.1f}); naive slowest sample alone {base_slowest:.2f} s")
     print_breakdown(run, ["receive", "judge", "jail_setup", "harness_start", "harness_tests",
-                          "tests", "encode"], f"code, {args.workload} workload, last round (per sample)")
+                          "tests", "encode"],
+                    f"code, {args.workload} workload, last round (per sample)")
 
 
 if __name__ == "__main__":

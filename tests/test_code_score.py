@@ -574,8 +574,8 @@ class _MeetingSandbox:
 
 
 def test_code_concurrency_runs_more_samples_than_workers(nsjail_sandbox):
-    """--code-concurrency 3 with one worker: three samples run in their own jails at once (docs/verifier.md 3),
-    each judged as alone."""
+    """--code-concurrency 3 with one worker: three samples run in their own jails at once
+    (docs/verifier.md 3), each judged as alone."""
     sb = _MeetingSandbox(nsjail_sandbox, 3)
     with Scorer(ScoringConfig(workers=1, code_concurrency=3), sandbox=sb) as scorer:
         items = [Item(id=f"c{i}", domain="code", response=respond(SUM_OK), ground_truth=SUM_GT)

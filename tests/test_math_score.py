@@ -417,8 +417,8 @@ def _rational_spellings(rng: "random.Random", num: int, den: int) -> str:
     if d == 1 or (n % d == 0 and rng.random() < 0.5):
         body = str(n // d).zfill(rng.choice([1, 1, 3]))
     else:
-        body = rng.choice([f"\\frac{{{n}}}{{{d}}}", f"\\dfrac{{{n}}}{{{d}}}", f"\\frac{{ {n} }}{{{d}}}",
-                           f"{n}/{d}", f"\\tfrac{{{n}}}{{{d}}}"])
+        body = rng.choice([f"\\frac{{{n}}}{{{d}}}", f"\\dfrac{{{n}}}{{{d}}}",
+                           f"\\frac{{ {n} }}{{{d}}}", f"{n}/{d}", f"\\tfrac{{{n}}}{{{d}}}"])
     return sign + rng.choice(["", " "]) + body
 
 
