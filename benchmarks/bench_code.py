@@ -4,11 +4,19 @@ Baseline (naive, unsandboxed, the way many reward functions do it): one plain ``
 process per test case, 2 at a time, each test's stdout compared by the judge.
 Candidate: a real ``verifier serve --workers 2`` (nsjail sandbox: namespaces, rlimits, a
 read-only root), all samples streamed by one client over gRPC.
-Same few hundred LiveCodeBench-style stdin/stdout samples with 5 tests each (a quarter of them
-wrong). Prints samples/s for each and the ratio (goal >= 1.0: isolation costs less than the
-harness saves).
+Two workloads:
 
-    .venv/bin/python benchmarks/bench_code.py [--n 300]
+- ``simple`` (default): a few hundred stdin/stdout samples with 5 tests each, half of them wrong
+  (goal >= 2.0);
+- ``lcb``: LiveCodeBench-like samples with 10-30 tests each, some heavy (a quarter of a second of
+  CPU per test), a few that time out (2 s test limit); it also reports the "bucket effect": the
+  time a training step waits on its slowest sample, against the median sample.
+
+Baseline and candidate alternate for ``--rounds`` rounds (the machine is shared); the ratios'
+median is the result. The last candidate run prints the measured CPU breakdown per sample
+(docs/verifier.md 3).
+
+    .venv/bin/python benchmarks/bench_code.py [--n 200] [--workload simple|lcb] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from statistics import median
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -60,22 +69,46 @@ def _fib(n: int) -> int:
     return a
 
 
-def make_samples(n: int, seed: int = 0) -> list[dict]:
+HEAVY = ("n = int(input())\ns = 0\nfor i in range(n):\n    s = (s + i * i) % 1000003\nprint(s)\n",
+         lambda r: f"{r.choice([10, 1000, 300000, 1500000])}\n",
+         lambda s: f"{sum(i * i for i in range(int(s))) % 1000003}\n")
+# HEAVY's program, except that one input never finishes (the test times out)
+LOOPS = ("n = int(input())\nwhile n == 7:\n    pass\n"
+         "s = 0\nfor i in range(n):\n    s = (s + i * i) % 1000003\nprint(s)\n")
+LCB_TEST_TIMEOUT_S = 2.0
+
+
+def make_samples(n: int, seed: int = 0, workload: str = "simple") -> list[dict]:
     rng = random.Random(seed)
     samples = []
     for i in range(n):
         program, gen, ref = TASKS[i % len(TASKS)]
-        inputs = [gen(rng) for _ in range(5)]
+        n_tests = 5
+        limits: dict = {}
+        if workload == "lcb":
+            n_tests = rng.randint(10, 30)
+            limits = {"test_timeout_s": LCB_TEST_TIMEOUT_S}
+            if rng.random() < 0.2:
+                program, gen, ref = HEAVY
+        inputs = [gen(rng) for _ in range(n_tests)]
         outputs = [ref(x) for x in inputs]
-        if rng.random() < 0.25:
+        if workload == "lcb" and rng.random() < 0.04:
+            # a few never finish one of their tests
+            program, inputs = LOOPS, [HEAVY[1](rng) for _ in range(n_tests)]
+            inputs[rng.randrange(n_tests)] = "7\n"
+            outputs = [HEAVY[2](x) for x in inputs]
+        elif rng.random() < (0.5 if workload == "simple" else 0.3):
             program = rng.choice(WRONG)
         program = f"# sample {i}\n{program}"  # unique programs
-        samples.append({
+        sample = {
             "id": f"c{i}", "domain": "code",
             "response": f"<think>plan</think>\n{FENCE}python\n{program}{FENCE}\n",
             "ground_truth": {"inputs": inputs, "outputs": outputs},
             "program": program,
-        })
+        }
+        if limits:
+            sample["limits"] = limits
+        samples.append(sample)
     return samples
 
 
@@ -84,18 +117,23 @@ def _lines(s: str) -> list[str]:
     return out
 
 
-def baseline(samples: list[dict], parallel: int = 2) -> tuple[float, int]:
+def baseline(samples: list[dict], parallel: int = 2) -> tuple[float, int, float]:
     """Samples/s of the naive way: a fresh python3 per test, ``parallel`` at a time, no
-    isolation. Returns (rate, number judged correct)."""
+    isolation. Returns (rate, number judged correct, slowest sample's seconds)."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-code-"))
 
-    def run_sample(s: dict) -> bool:
+    def run_sample(s: dict) -> tuple[bool, float]:
+        t0 = time.perf_counter()
+        return run_tests(s), time.perf_counter() - t0
+
+    def run_tests(s: dict) -> bool:
         path = tmp / f"{s['id']}.py"
         path.write_text(s["program"])
+        timeout = s.get("limits", {}).get("test_timeout_s", 6)
         for x, y in zip(s["ground_truth"]["inputs"], s["ground_truth"]["outputs"]):
             try:
                 p = subprocess.run([sys.executable, "-S", str(path)], input=x, capture_output=True,
-                                   text=True, timeout=6)
+                                   text=True, timeout=timeout)
             except subprocess.TimeoutExpired:
                 return False
             if p.returncode != 0 or _lines(p.stdout) != _lines(y):
@@ -106,30 +144,54 @@ def baseline(samples: list[dict], parallel: int = 2) -> tuple[float, int]:
     # verifier); two samples run at a time, so two python3 processes are alive at once.
     start = time.perf_counter()
     with ThreadPoolExecutor(parallel) as ex:
-        verdicts = list(ex.map(run_sample, samples))
-    return len(samples) / (time.perf_counter() - start), sum(verdicts)
-
-
-def candidate(samples: list[dict], workers: int) -> tuple[float, dict]:
-    from common import stream_rate
-
-    items = [{k: v for k, v in s.items() if k != "program"} for s in samples]
-    return stream_rate(items, workers, warmup=items[:10])
+        out = list(ex.map(run_sample, samples))
+    rate = len(samples) / (time.perf_counter() - start)
+    return rate, sum(ok for ok, _ in out), max(t for _, t in out)
 
 
 def main() -> None:
+    from common import print_breakdown, stream_run
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--n", type=int, default=300, help="samples (5 tests each; default 300)")
+    ap.add_argument("--n", type=int, default=200, help="samples (default 200)")
+    ap.add_argument("--workload", choices=("simple", "lcb"), default="simple")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--code-concurrency", type=int, default=0,
+                    help="the server's --code-concurrency (default 0: --workers)")
     args = ap.parse_args()
-    samples = make_samples(args.n)
-    base, base_correct = baseline(samples)
-    cand, counts = candidate(samples, args.workers)
-    print(f"samples: {args.n} x 5 tests; naive judged {base_correct} correct; "
-          f"verifier verdicts: {counts}")
-    print(f"baseline  (unsandboxed, python3 per test, 2 at a time): {base:7.1f} samples/s")
-    print(f"candidate (verifier serve --workers {args.workers}, nsjail):   {cand:7.1f} samples/s")
-    print(f"ratio candidate / baseline = {cand / base:.2f}  (goal >= 1.0)")
+    samples = make_samples(args.n, workload=args.workload)
+    items = [{k: v for k, v in s.items() if k != "program"} for s in samples]
+    warmup = [dict(it, id=f"w{it['id']}") for it in items[:10]]
+    bases, cands, ratios = [], [], []
+    run = None
+    for k in range(args.rounds):
+        base, base_correct, base_slowest = baseline(samples)
+        run = stream_run(items, args.workers, warmup,
+                         extra_args=("--code-concurrency", str(args.code_concurrency)))
+        bases.append(base)
+        cands.append(run.rate)
+        ratios.append(run.rate / base)
+        print(f"round {k + 1}: baseline {base:6.1f}/s  candidate {run.rate:6.1f}/s  "
+              f"ratio {ratios[-1]:.2f}", flush=True)
+    assert run is not None
+    tests = sum(len(s["ground_truth"]["inputs"]) for s in samples)
+    print(f"samples: {args.n} ({args.workload}: {tests} tests); naive judged {base_correct} "
+          f"correct; verifier verdicts: {run.counts}")
+    print(f"baseline  (unsandboxed, python3 per test, 2 at a time): {median(bases):7.1f} samples/s")
+    print(f"candidate (verifier serve --workers {args.workers} --code-concurrency "
+          f"{args.code_concurrency}, nsjail): {median(cands):7.1f} samples/s")
+    print(f"ratio candidate / baseline, median of {args.rounds}: {median(ratios):.2f}  "
+          f"(goal >= {2.0 if args.workload == 'simple' else 1.0})")
+    lat = sorted(run.latencies)
+    if args.workload == "lcb":
+        # Bucket effect: a step that sends all these samples at once waits for the last one.
+        print(f"bucket effect (last round, all samples sent at once): step {run.wall_s:.2f} s; "
+              f"median sample done at {median(lat):.2f} s, slowest at {lat[-1]:.2f} s "
+              f"(x{lat[-1] / median(lat):.1f}); naive slowest sample alone {base_slowest:.2f} s")
+    print_breakdown(run, ["receive", "judge", "jail_setup", "harness_start", "harness_tests",
+                          "tests", "encode"],
+                    f"code, {args.workload} workload, last round (per sample)")
 
 
 if __name__ == "__main__":

@@ -3,10 +3,17 @@
 Baseline: the way public trainers score math, a single-process loop calling math-verify
 (``verify(parse(gold), parse(answer))``) on each item; doubled, as if it scaled perfectly to the
 2 cores. Candidate: a real ``verifier serve --workers 2`` process, all items streamed by one
-client. Same few thousand unique, realistic items (chain-of-thought text, a boxed answer in one
-of many forms, half of them wrong). Prints items/s for each and the ratio (goal >= 0.8).
+client. Same few thousand unique, realistic items (chain-of-thought text, a boxed answer, half
+of them wrong), in one of two mixes:
 
-    .venv/bin/python benchmarks/bench_math.py [--n 3000]
+- ``light``: AIME-like, a third integers, a third fractions, a third radicals (goal >= 0.9);
+- ``heavy``: ten forms, intervals, polynomials, sets, tuples, decimals among them (goal >= 1.2).
+
+Baseline and candidate alternate for ``--rounds`` rounds (the machine is shared: interleaving
+spreads the load over both); the ratios' median is the result. The last candidate run prints
+the measured CPU breakdown per item (docs/verifier.md 3).
+
+    .venv/bin/python benchmarks/bench_math.py [--n 3000] [--mix light|heavy] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from statistics import median
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -33,6 +41,13 @@ FORMS = [
     lambda r: (f"({r.randint(0, 9)}, {r.randint(0, 9)})", None),
     lambda r: (f"\\frac{{\\sqrt{{{r.choice([2, 3, 5])}}}}}{{{r.randint(2, 9)}}}", None),
 ]
+LIGHT = [
+    lambda r: (str(r.randint(0, 999)), None),
+    lambda r: (f"\\frac{{{r.randint(1, 99)}}}{{{r.randint(2, 99)}}}", None),
+    lambda r: (f"{r.randint(1, 9)}\\sqrt{{{r.choice([2, 3, 5, 6, 7, 10, 11])}}}", None),
+]
+MIXES = {"light": LIGHT, "heavy": FORMS}
+GOALS = {"light": 0.9, "heavy": 1.2}
 WRONG = [
     lambda g, r: g + "+1",
     lambda g, r: str(r.randint(0, 9999)),
@@ -43,11 +58,12 @@ FILLER = ("We consider the constraints carefully. Let the unknown be $x$; substi
           "original condition, only one survives. ")
 
 
-def make_items(n: int, seed: int = 0) -> list[dict]:
+def make_items(n: int, seed: int = 0, mix: str = "heavy") -> list[dict]:
     rng = random.Random(seed)
+    forms = MIXES[mix]
     items = []
     for i in range(n):
-        gold, _ = rng.choice(FORMS)(rng)
+        gold, _ = forms[i % len(forms)](rng) if mix == "light" else rng.choice(forms)(rng)
         answer = gold if rng.random() < 0.5 else rng.choice(WRONG)(gold, rng)
         think = FILLER * rng.randint(5, 40) + f" (case {i})"
         response = f"<think>{think}</think>\nTherefore the answer is $\\boxed{{{answer}}}$."
@@ -71,25 +87,51 @@ def baseline(items: list[dict]) -> float:
     return len(items) / (time.perf_counter() - start)
 
 
-def candidate(items: list[dict], workers: int) -> tuple[float, dict]:
-    from common import stream_rate
-
-    return stream_rate(items, workers, warmup=make_items(50, seed=99))
-
-
 def main() -> None:
+    from common import print_breakdown, stream_run
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=3000, help="number of unique items (default 3000)")
+    ap.add_argument("--mix", choices=sorted(MIXES), default="light")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--before", type=Path, default=None,
+                    help="a checkout of the code before a change (git archive REV | tar -x -C "
+                         "DIR): its server runs in every round too, for a before/after ratio")
     args = ap.parse_args()
-    items = make_items(args.n)
-    base = baseline(items)
-    cand, counts = candidate(items, args.workers)
-    ratio = cand / (2 * base)
-    print(f"items: {args.n} unique; verdicts over gRPC: {counts}")
-    print(f"baseline  (plain math-verify loop, 1 process): {base:8.1f} items/s  (x2 = {2 * base:.1f})")
-    print(f"candidate (verifier serve --workers {args.workers}, gRPC stream): {cand:8.1f} items/s")
-    print(f"ratio candidate / (2 x baseline) = {ratio:.2f}  (goal >= 0.8)")
+    items = make_items(args.n, mix=args.mix)
+    warmup = make_items(50, seed=99, mix=args.mix)
+    bases, cands, ratios, befores, gains = [], [], [], [], []
+    run = None
+    for k in range(args.rounds):
+        base = baseline(items)
+        if args.before is not None:
+            old = stream_run(items, args.workers, warmup, breakdown=False, root=args.before)
+            befores.append(old.rate / (2 * base))
+        run = stream_run(items, args.workers, warmup)
+        bases.append(base)
+        cands.append(run.rate)
+        ratios.append(run.rate / (2 * base))
+        line = (f"round {k + 1}: baseline {base:7.1f}/s  candidate {run.rate:7.1f}/s  "
+                f"ratio {ratios[-1]:.2f}")
+        if befores:
+            gains.append(run.rate / old.rate)
+            line += f"  (before: {old.rate:7.1f}/s, ratio {befores[-1]:.2f})"
+        print(line, flush=True)
+    assert run is not None
+    print(f"items: {args.n} unique, {args.mix} mix; verdicts over gRPC: {run.counts}")
+    print(f"baseline  (plain math-verify loop, 1 process): {median(bases):8.1f} items/s  "
+          f"(x2 = {2 * median(bases):.1f})")
+    print(f"candidate (verifier serve --workers {args.workers}, gRPC stream): "
+          f"{median(cands):8.1f} items/s")
+    print(f"ratio candidate / (2 x baseline), median of {args.rounds}: {median(ratios):.2f}  "
+          f"(goal >= {GOALS[args.mix]})")
+    if befores:
+        print(f"before ({args.before}): ratio {median(befores):.2f}; candidate / before, "
+              f"median of {args.rounds}: {median(gains):.2f}")
+    print(f"baseline CPU per item: {1e3 / median(bases):.3f} ms (one process, all of it scoring)")
+    print_breakdown(run, ["receive", "pool_supervisor", "worker_ipc", "scoring", "encode"],
+                    f"math, {args.mix} mix, last round")
 
 
 if __name__ == "__main__":

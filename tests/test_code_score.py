@@ -549,3 +549,37 @@ def test_module_level_exception_is_compile_error(nsjail_sandbox):
         assert o.status is Status.COMPILE_ERROR, o
         assert "failed to load" in o.detail and "no_such_module_xyz" in o.detail
         assert (o.passed, o.total) == (0, 1)
+
+
+class _MeetingSandbox:
+    """The real jail, except that every sample's run first waits for ``n`` runs to be in
+    flight together (a barrier), so it fails unless ``n`` samples really run at once."""
+
+    def __init__(self, inner, n: int):
+        self.inner, self.barrier = inner, threading.Barrier(n)
+        self.name, self.python = inner.name, inner.python
+        self.met = 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def run(self, argv, **kw):
+        if "-c" not in argv:  # a sample's run, not the harness's one-time compile
+            try:
+                self.barrier.wait(timeout=60)
+                self.met += 1
+            except threading.BrokenBarrierError:
+                pass
+        return self.inner.run(argv, **kw)
+
+
+def test_code_concurrency_runs_more_samples_than_workers(nsjail_sandbox):
+    """--code-concurrency 3 with one worker: three samples run in their own jails at once
+    (docs/verifier.md 3), each judged as alone."""
+    sb = _MeetingSandbox(nsjail_sandbox, 3)
+    with Scorer(ScoringConfig(workers=1, code_concurrency=3), sandbox=sb) as scorer:
+        items = [Item(id=f"c{i}", domain="code", response=respond(SUM_OK), ground_truth=SUM_GT)
+                 for i in range(3)]
+        results = scorer.score(items)
+    assert [r.status for r in results] == [Status.CORRECT] * 3, [r.detail for r in results]
+    assert sb.met == 3

@@ -383,6 +383,10 @@ def test_never_raises_and_is_repeatable(answer: str, gold: str) -> None:
     (r"\boxed{5}", '["6", "7"]'), (r"\boxed{10}", 10), ("<think>x</think> \\boxed{8}", "8"),
     ("<think>never closed \\boxed{5}", "5"), ("no box at all", "5"), (r"\boxed{}", "5"),
     (r"\boxed{5}", ""), (r"\boxed{5}", {"a": 1}),
+    # plain rationals, and an answer spelled like one of the golds
+    (r"\boxed{\frac{2}{4}}", r"\frac{1}{2}"), (r"\boxed{3/4}", r"\dfrac{3}{4}"),
+    (r"\boxed{-\frac{1}{3}}", r"\frac{1}{3}"), (r"\boxed{6}", r"\frac{12}{2}"),
+    (r"\boxed{5}", '["5", "x=5"]'), (r"\boxed{\sqrt{2}}", r"\sqrt{2}"),
 ])
 def test_quick_verdict_agrees_with_score_math(response, gold) -> None:
     """The service judges these inline (no worker): the verdict must be score_math's."""
@@ -395,7 +399,7 @@ def test_quick_verdict_agrees_with_score_math(response, gold) -> None:
 
 
 @pytest.mark.parametrize("response, gold", [
-    (r"\boxed{\frac{1}{2}}", "0.5"), (r"\boxed{5}", "5.0"), (r"\boxed{5}", '["5", "x=5"]'),
+    (r"\boxed{\frac{1}{2}}", "0.5"), (r"\boxed{5}", "5.0"), (r"\boxed{5}", '["6", "x=5"]'),
     (r"\boxed{1" + "0" * 300 + "}", "1"), (r"\boxed{50\%}", "50"),
 ])
 def test_quick_verdict_leaves_the_rest_to_the_full_rules(response, gold) -> None:
@@ -428,3 +432,75 @@ def test_a_call_out_of_cpu_is_a_timeout_never_a_silent_incorrect(monkeypatch) ->
     assert "CPU" in outcome.detail
     monkeypatch.undo()
     assert score_math(box("x = 936"), "936", LIMITS).status is Status.CORRECT
+
+
+def _rational_spellings(rng: "random.Random", num: int, den: int) -> str:
+    """One spelling of num/den (den > 0) that the plain-rational fast path reads: an integer
+    when it is one, else \\frac, \\dfrac or a/b, scaled or not, with a sign and spacing."""
+    k = rng.choice([1, 1, 2, 3, 10, 7])
+    n, d = abs(num) * k, den * k
+    sign = "-" if num < 0 else rng.choice(["", "", "+"])
+    if d == 1 or (n % d == 0 and rng.random() < 0.5):
+        body = str(n // d).zfill(rng.choice([1, 1, 3]))
+    else:
+        body = rng.choice([f"\\frac{{{n}}}{{{d}}}", f"\\dfrac{{{n}}}{{{d}}}",
+                           f"\\frac{{ {n} }}{{{d}}}", f"{n}/{d}", f"\\tfrac{{{n}}}{{{d}}}"])
+    return sign + rng.choice(["", " "]) + body
+
+
+def _rational_pairs(n: int, seed: int) -> list[tuple[str, list[str]]]:
+    import random
+
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(n):
+        den = rng.choice([1, 2, 3, 4, 6, 7, 12, 25, 99, 1000, rng.randint(1, 10**6)])
+        num = rng.randint(-200, 200) if rng.random() < 0.7 else rng.randint(-10**9, 10**9)
+        golds = [_rational_spellings(rng, num, den)]
+        r = rng.random()
+        if r < 0.4:  # the same value, spelled differently
+            a_num, a_den = num, den
+        elif r < 0.55:  # equal after math-verify's 6-decimal rounding, yet different
+            a_num, a_den = num * 10**7 + rng.choice([-1, 1]), den * 10**7
+        elif r < 0.7:  # the sign flipped, or off by one
+            a_num, a_den = (-num, den) if num else (1, den)
+        else:
+            a_num, a_den = rng.randint(-300, 300), rng.choice([1, 2, 3, 5, 8, den])
+        answer = _rational_spellings(rng, a_num, a_den)
+        if rng.random() < 0.15:  # several acceptable answers
+            golds.append(_rational_spellings(rng, rng.randint(-50, 50), rng.choice([1, 3, 9])))
+            rng.shuffle(golds)
+        pairs.append((answer, golds))
+    return pairs
+
+
+def test_plain_rational_fast_path_is_math_verifys_verdict() -> None:
+    """The plain-rational fast path (judged inline by the service, no worker round trip) gives
+    exactly the status and detail of the full path (math-verify over sympy, then the exact-
+    number check) on a large generated set: equal values spelled differently, values equal at
+    math-verify's 6 decimals but different, signs, several golds."""
+    from verifier.math_score import _judge, _plain_verdict
+
+    pairs = _rational_pairs(1500, seed=15)
+    fast_hits = 0
+    for answer, golds in pairs:
+        fast = _plain_verdict(answer, golds)
+        assert fast is not None, (answer, golds)
+        if math_score._integer_verdict(answer, golds) is None:
+            fast_hits += 1
+        full = _judge(answer, golds, time.monotonic() + 60)
+        assert (fast.status, fast.detail) == (full.status, full.detail), (answer, golds)
+    statuses = {(_plain_verdict(a, g).status) for a, g in pairs}
+    assert statuses == {Status.CORRECT, Status.INCORRECT}
+    assert fast_hits > 1000  # most pairs exercise the fraction path, not the integer one
+
+
+@pytest.mark.parametrize("answer, gold", [
+    (r"\frac{1}{0}", "5"), (r"\frac{1}{2}", r"\frac{x}{2}"), (r"\frac{-1}{2}", r"\frac{1}{2}"),
+    (r"0.5", r"\frac{1}{2}"), (r"\frac12", r"\frac{1}{2}"), ("1" + "0" * 40 + "/3", "1/3"),
+    (r"\frac{1}{2}\%", r"\frac{1}{2}"), (r"\sqrt{4}", "2"),
+])
+def test_plain_rational_fast_path_leaves_the_rest_to_math_verify(answer, gold) -> None:
+    from verifier.math_score import _plain_verdict
+
+    assert _plain_verdict(answer, [gold]) is None

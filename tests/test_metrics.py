@@ -95,6 +95,41 @@ def test_counters_move_by_domain_and_status(metered) -> None:
     assert value(after, "verifier_sandbox_up") == 1
 
 
+def test_stage_cpu_breakdown_is_exposed(metered) -> None:
+    """The cost breakdown (docs/verifier.md 3): a math item that needs sympy books every server
+    and worker stage, a code item the jail's stages; each count moves by the items' number and
+    each sum is CPU actually measured (positive)."""
+    addr, mport, token, _ = metered
+    before = scrape(mport)
+    items = [math_item(f"f{i}", rf"\boxed{{\sqrt{{{i + 2}}}}}", rf"\sqrt{{{i + 2}}}+0") for i in range(3)]
+    items += [{"id": "c", "domain": "code", "response": f"{FENCE}python\nprint(int(input())*2)\n{FENCE}",
+               "ground_truth": {"inputs": ["2\n", "3\n"], "outputs": ["4\n", "6\n"]}}]
+    with VerifierClient(addr, ClientConfig(token_file=token)) as client:
+        results = list(client.stream(items))
+    assert [r.status for r in results] == [Status.CORRECT] * 4, [r.detail for r in results]
+    deadline = time.monotonic() + 5
+    while True:  # the encode stage is booked as each result is written, a moment later
+        after = scrape(mport)
+        enc = value(after, "verifier_stage_cpu_seconds_count", domain="code", stage="encode")
+        if enc > value(before, "verifier_stage_cpu_seconds_count", domain="code", stage="encode") \
+                or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+
+    def delta(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    for stage in ("receive", "encode", "pool_supervisor", "worker_ipc", "scoring"):
+        assert delta("verifier_stage_cpu_seconds_count", domain="math", stage=stage) == 3, stage
+    assert delta("verifier_stage_cpu_seconds_sum", domain="math", stage="scoring") > 0
+    assert delta("verifier_queue_wait_seconds_count", domain="math") == 3
+    for stage in ("receive", "encode", "judge", "jail_setup", "harness_start", "harness_tests",
+                  "tests"):
+        assert delta("verifier_stage_cpu_seconds_count", domain="code", stage=stage) == 1, stage
+    for stage in ("judge", "jail_setup", "harness_start", "tests"):
+        assert delta("verifier_stage_cpu_seconds_sum", domain="code", stage=stage) > 0, stage
+
+
 def test_unauthenticated_calls_are_counted(metered) -> None:
     addr, mport, _, _ = metered
     before = value(scrape(mport), "verifier_requests_total", method="Score",

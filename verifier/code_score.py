@@ -179,12 +179,37 @@ class _Judge:
         self.run_bounded = run_bounded
         self.deadline = deadline  # time.monotonic() at which the item's time is up
         self._expected_bytes: dict[int, bytes] = {}
+        # The harness's own CPU and its reaped children's, at its first and last records
+        # (microseconds; informational, for the cost breakdown of docs/verifier.md 3).
+        self.cpu_first: tuple[int, int] | None = None
+        self.cpu_last: tuple[int, int] | None = None
+
+    def note_cpu(self, head: dict) -> None:
+        h, c = head.get("hcpu_us"), head.get("ccpu_us")
+        if isinstance(h, int) and isinstance(c, int):
+            self.cpu_last = (h, c)
+            if self.cpu_first is None:
+                self.cpu_first = self.cpu_last
+
+    def costs(self, jail_cpu_s: float) -> dict[str, float]:
+        """The jail's CPU split (seconds): nsjail's own (the rest of the jail's rusage), the
+        harness's start, its per-test work, and the test processes."""
+        if self.cpu_first is None or self.cpu_last is None:
+            return {"jail_setup": jail_cpu_s}
+        start, h_last, tests = self.cpu_first[0] / 1e6, self.cpu_last[0] / 1e6, self.cpu_last[1] / 1e6
+        return {
+            "harness_start": start,
+            "harness_tests": h_last - start,
+            "tests": tests,
+            "jail_setup": max(0.0, jail_cpu_s - h_last - tests),
+        }
 
     def first_failure(self) -> tuple[int, Status, str] | None:
         fails = [(i, st, d) for i, (st, d) in self.results.items() if st is not Status.CORRECT]
         return min(fails, key=lambda f: f[0]) if fails else None
 
     def on_record(self, head: dict, blobs: list[bytes]) -> bool:
+        self.note_cpu(head)
         t = head.get("type")
         if t == "done":
             self.done = True
@@ -316,13 +341,16 @@ def score_code(
     sandbox: Sandbox,
     run_bounded: RunBounded = run_inline,
     profile: Profile = DEFAULT_PROFILE,
+    costs: dict[str, float] | None = None,
 ) -> Outcome:
     """Score one code item under ``profile``'s rules. See the module docstring.
     ``run_bounded(fn, args, deadline_s)`` runs the comparison of a program's output with the
     expected one (the scorer passes its worker pool: a deadline, and off the server's
-    threads)."""
+    threads). ``costs``, when given, receives the jail's measured CPU split (seconds; the
+    stages of verifier/metrics.py STAGES)."""
     try:
-        return _score(response, ground_truth, limits or Limits(), sandbox, run_bounded, profile)
+        return _score(response, ground_truth, limits or Limits(), sandbox, run_bounded, profile,
+                      {} if costs is None else costs)
     except Exception as e:  # a bug here must not crash the batch; it is not the program's fault
         return Outcome(
             Status.SANDBOX_ERROR, f"internal error while judging: {type(e).__name__}: {e}"
@@ -336,6 +364,7 @@ def _score(
     sandbox: Sandbox,
     run_bounded: RunBounded,
     profile: Profile,
+    costs: dict[str, float],
 ) -> Outcome:
     try:
         spec = parse_ground_truth(ground_truth)
@@ -429,6 +458,7 @@ def _score(
             0,
             total,
         )
+    costs.update(judge.costs(run.cpu_s))
     return _verdict(spec, judge, stream, run, timeout)
 
 

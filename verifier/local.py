@@ -27,7 +27,9 @@ class LocalVerifier:
     """``with LocalVerifier(workers=2) as v: VerifierClient(v.address)``."""
 
     def __init__(self, *args: str, port: int = 0, workers: int | None = None,
-                 startup_timeout_s: float = 120.0):
+                 startup_timeout_s: float = 120.0, root: Path | None = None):
+        """``root``: run the ``verifier`` package of another checkout (the benchmarks compare
+        a change against the code before it in one run); default this one."""
         # Own session: a terminal's Ctrl-C reaches only the job, which still needs the verifier
         # to finish its step; --exit-with-parent: the server drains and exits if the job dies
         # without stopping it (SIGKILL), so no verifier is left behind.
@@ -36,11 +38,14 @@ class LocalVerifier:
         if workers is not None:
             cmd += ["--workers", str(workers)]
         self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=root or ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1",
+                 **({"PYTHONPATH": str(root)} if root else {})},
+            start_new_session=True,
         )
         self.lines: deque[str] = deque(maxlen=200)
         self.sandbox_problem: str | None = None
+        self.metrics_port: int | None = None  # with "--metrics-port", the bound port
         self.address = self._wait_for_address(startup_timeout_s)
         # Keep draining the child's output so it never blocks on a full pipe.
         self._reader = threading.Thread(target=self._drain, daemon=True)
@@ -60,6 +65,7 @@ class LocalVerifier:
                 continue
             if rec.get("message") == "verifier listening":
                 self.sandbox_problem = rec.get("sandbox_problem")
+                self.metrics_port = rec.get("metrics_port")
                 return rec["address"]
         self.proc.kill()
         raise RuntimeError(f"verifier serve not ready after {timeout_s:g} s:\n" + "".join(self.lines))

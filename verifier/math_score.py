@@ -54,6 +54,7 @@ import re
 import signal
 import threading
 import time
+from fractions import Fraction
 from typing import Any
 
 from verifier import extract
@@ -137,7 +138,7 @@ def score_math(
     if isinstance(prepared, Outcome):
         return prepared
     answer, golds = prepared
-    quick = _integer_verdict(answer, golds)
+    quick = _plain_verdict(answer, golds)
     if quick is not None:
         return quick
     return _judge(answer, golds, time.monotonic() + budget)
@@ -147,8 +148,9 @@ def quick_verdict(
     response: str, ground_truth: Any, profile: Profile = DEFAULT_PROFILE
 ) -> Outcome | None:
     """score_math's verdict when it needs no sympy, else None: bad input (INVALID_INPUT), no
-    answer (NO_ANSWER), or an answer and acceptable golds that are all plain integers (AIME
-    style), compared as integers. The same code as score_math's first steps, so the same
+    answer (NO_ANSWER), an answer and acceptable golds that are all plain integers (AIME
+    style), compared as integers, or all plain rationals (integers and fractions), or an
+    answer spelled like a gold (_plain_verdict). The same code as score_math's first steps, so the same
     verdict; cheap and bounded (no parser), so the service runs it inline, sparing the item
     a round trip through a worker process. (Under the "skywork" extraction, math-verify reads
     the whole response: only a bad ground truth is decided here.)"""
@@ -158,7 +160,7 @@ def quick_verdict(
     prepared = _prepare(response, ground_truth)
     if isinstance(prepared, Outcome):
         return prepared
-    return _integer_verdict(*prepared)
+    return _plain_verdict(*prepared)
 
 
 def _checked(response: str, ground_truth: Any) -> list[str] | Outcome:
@@ -205,6 +207,58 @@ def _integer_verdict(answer: str, golds: list[str]) -> Outcome | None:
         return None
     for gold, g in zip(golds, norm_golds):
         if int(g) == int(a):
+            return Outcome(Status.CORRECT, _matches(answer, gold))
+    return _no_match(answer, golds)
+
+
+_PLAIN_RATIONAL = re.compile(
+    r"(?P<sign>[+-]?)(?:\\frac\{(?P<num>\d{1,30})\}\{(?P<den>\d{1,30})\}"
+    r"|(?P<n2>\d{1,30})/(?P<d2>\d{1,30})|(?P<int>\d{1,30}))")
+
+
+def _plain_rational(norm: str) -> Fraction | None:
+    """The value of a normalised plain rational: ``[+-]`` then an integer, ``\frac{a}{b}`` or
+    ``a/b`` of digit strings, with a denominator that is not zero; else None."""
+    m = _PLAIN_RATIONAL.fullmatch(norm)
+    if m is None:
+        return None
+    if m["int"] is not None:
+        value = Fraction(int(m["int"]))
+    else:
+        num, den = (m["num"], m["den"]) if m["num"] is not None else (m["n2"], m["d2"])
+        if int(den) == 0:
+            return None
+        value = Fraction(int(num), int(den))
+    return -value if m["sign"] == "-" else value
+
+
+def _plain_verdict(answer: str, golds: list[str]) -> Outcome | None:
+    """The verdict of answers that need no parser, identical to what score_math's judging
+    (math-verify, then the exact-number check) returns for them; None for anything else.
+
+    - integers against integer golds: _integer_verdict;
+    - an answer spelled like a gold (after normalisation): CORRECT, _judge's first step;
+    - an answer and golds that are all plain rationals (integers, ``\frac{a}{b}``, ``a/b``):
+      compared exactly as fractions, gold by gold in order. math-verify parses each to a sympy
+      Rational; it calls equal rationals equal, and unequal ones that its 6-decimal rounding
+      calls equal are then told apart by _exact_numbers_differ (both Rational: ``g != a``),
+      so the verdict is exact equality. tests/test_math_score.py pins this against the full
+      path over a large generated set."""
+    quick = _integer_verdict(answer, golds)
+    if quick is not None:
+        return quick
+    norm_answer = _normalise(answer)
+    for gold in golds:
+        if _normalise(gold) == norm_answer:
+            return Outcome(Status.CORRECT, _matches(answer, gold))
+    a = _plain_rational(norm_answer)
+    if a is None:
+        return None
+    values = [_plain_rational(_normalise(g)) for g in golds]
+    if any(v is None for v in values):
+        return None
+    for gold, v in zip(golds, values):
+        if v == a:
             return Outcome(Status.CORRECT, _matches(answer, gold))
     return _no_match(answer, golds)
 

@@ -16,6 +16,10 @@ endpoint shows counts only, never items. Metric names:
 - ``verifier_worker_restarts_total{reason}``: math workers killed and replaced (deadline, died).
 - ``verifier_sandbox_failures_total``: results with SANDBOX_ERROR.
 - ``verifier_sandbox_up``: 1 when the sandbox passed its start-up self-test.
+- ``verifier_stage_cpu_seconds{domain,stage}``: CPU seconds one item spent in one stage of its
+  path (the cost breakdown of docs/verifier.md 3, STAGES), measured with thread/process CPU
+  clocks at the stage boundaries; ``_sum / _count`` is the mean CPU per item of a stage.
+- ``verifier_queue_wait_seconds{domain}``: wall time an item waited for a worker.
 """
 
 from __future__ import annotations
@@ -30,6 +34,25 @@ from prometheus_client.registry import Collector
 
 from verifier.items import DOMAINS, Result, Status
 
+STAGES = {
+    "receive": "server: decoding the item message and dispatching it (validation, the inline "
+               "verdict of items that need no worker)",
+    "encode": "server: encoding the result message",
+    "pool_supervisor": "server: the pool's supervisor thread sending the task and reading the reply",
+    "worker_ipc": "math worker: receiving the task and sending the reply (pickling)",
+    "scoring": "math worker: scoring proper (math-verify / sympy)",
+    "judge": "code: the scorer thread (ground truth, starting the jail, reading and "
+             "authenticating records, comparing outputs)",
+    "jail_setup": "code: nsjail's own CPU (namespaces, mounts, rlimits) and what the harness "
+                  "did after its last record",
+    "harness_start": "code: the jail's interpreter start and harness up to its first record "
+                     "(including the first test's fork)",
+    "harness_tests": "code: the harness between its first and last records (forks, pipes)",
+    "tests": "code: the forked test processes (the program itself)",
+}
+"""The stages of the cost breakdown (docs/verifier.md 3)."""
+_CPU_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                0.1, 0.25, 0.5, 1.0, 5.0, 30.0)
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                     10.0, 30.0, 60.0, 300.0)
 
@@ -76,6 +99,12 @@ class ServerMetrics:
                                         "Results with status SANDBOX_ERROR", registry=r)
         self.sandbox_up = Gauge("verifier_sandbox_up",
                                 "1 when the sandbox passed its start-up self-test", registry=r)
+        self.stage_cpu = Histogram("verifier_stage_cpu_seconds",
+                                   "CPU seconds of one item in one stage", ["domain", "stage"],
+                                   buckets=_CPU_BUCKETS, registry=r)
+        self.queue_wait = Histogram("verifier_queue_wait_seconds",
+                                    "Wall time an item waited for a worker", ["domain"],
+                                    buckets=_LATENCY_BUCKETS, registry=r)
         for d in (*DOMAINS, "other"):
             self.item_seconds.labels(domain=d)
         self._inflight = {d: 0 for d in DOMAINS}
@@ -107,6 +136,15 @@ class ServerMetrics:
         self.item_seconds.labels(domain=d).observe(result.elapsed_ms / 1000.0)
         if result.status is Status.SANDBOX_ERROR:
             self.sandbox_failures.inc()
+
+    def observe_costs(self, domain: str, costs: dict[str, float]) -> None:
+        """One item's measured costs (seconds): the STAGES' CPU, and ``queue_wait``."""
+        d = domain_label(domain)
+        for stage, seconds in costs.items():
+            if stage == "queue_wait":
+                self.queue_wait.labels(domain=d).observe(seconds)
+            elif stage in STAGES:
+                self.stage_cpu.labels(domain=d, stage=stage).observe(max(seconds, 0.0))
 
     # -- requests ---------------------------------------------------------------------------
     def request_done(self, method: str, code: str, start: float) -> None:

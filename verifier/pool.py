@@ -58,6 +58,14 @@ class _Task:
     args: tuple
     deadline_s: float
     future: Future
+    queued_at: float = 0.0
+
+
+TASK_CPU = "task"
+"""Keys of a finished future's ``costs`` (seconds): ``task``, the worker's CPU in the task
+itself; ``worker_ipc``, the worker's CPU receiving and sending it (unpickling, pickling);
+``supervisor``, the supervisor thread's CPU sending it and reading the reply; ``queue_wait``,
+wall time between ``submit`` and a worker taking it (docs/verifier.md 3)."""
 
 
 _STOP = object()
@@ -74,6 +82,7 @@ def _worker_main(conn: Connection, memory_mb: int | None) -> None:
         # the machine's memory from the other workers and the server.
         limit = memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    loop_start = time.thread_time()
     while True:
         try:
             msg = conn.recv()
@@ -82,14 +91,19 @@ def _worker_main(conn: Connection, memory_mb: int | None) -> None:
         if msg is None:
             return
         fn, args = msg
+        # The cost breakdown (docs/verifier.md 3): CPU of the task itself, and of this loop's
+        # receive/send around it, carried back after the reply (one small extra message).
+        t0 = time.thread_time()
         try:
             reply: tuple = ("ok", fn(*args))
         except MemoryError:
             reply = ("err", "MemoryError", f"worker memory limit of {memory_mb} MiB exceeded")
         except BaseException as e:  # noqa: BLE001 - report every failure to the parent
             reply = ("err", type(e).__name__, str(e)[:500])
+        t1 = time.thread_time()
+        task_s, loop_s, loop_start = t1 - t0, t1 - loop_start, t1  # this send counts next time
         try:
-            conn.send(reply)
+            conn.send(reply + (task_s, loop_s - task_s))
         except (BrokenPipeError, OSError):
             return
 
@@ -159,6 +173,9 @@ class _Slot:
         self.kill_process()
 
     def _run(self, task: _Task) -> None:
+        costs = task.future.costs  # type: ignore[attr-defined]
+        costs["queue_wait"] = time.monotonic() - task.queued_at
+        cpu0 = time.thread_time()
         try:
             if self.proc is None or not self.proc.is_alive():
                 self.start_process()
@@ -193,6 +210,8 @@ class _Slot:
         except Exception as e:  # noqa: BLE001 - e.g. an unpicklable task: fail it, keep serving
             task.future.set_exception(e)
             return
+        costs["supervisor"] = time.thread_time() - cpu0
+        costs[TASK_CPU], costs["worker_ipc"] = reply[-2], reply[-1]
         if reply[0] == "ok":
             task.future.set_result(reply[1])
         else:
@@ -246,11 +265,12 @@ class DeadlinePool:
     ) -> Future:
         """Queue ``fn(*args)`` (a picklable top-level function) to run in a worker within
         ``deadline_s`` seconds of starting. The future raises DeadlineExceeded, WorkerDied or
-        TaskFailed on failure."""
+        TaskFailed on failure. Its ``costs`` dict holds the task's measured costs (TASK_CPU) once it is done."""
         if self._closed:
             raise VerifierError("the scoring pool is shut down", "unavailable")
         fut: Future = Future()
-        task = _Task(fn, args, float(deadline_s), fut)
+        fut.costs = {}  # type: ignore[attr-defined]  # filled before the result is set
+        task = _Task(fn, args, float(deadline_s), fut, time.monotonic())
         try:
             if block_s > 0:
                 self._queue.put(task, timeout=block_s)

@@ -13,13 +13,13 @@ import threading
 import time
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from sandbox import SandboxKind, SandboxUnavailable, create_sandbox
 from verifier.items import Item, Limits, Outcome, Result, Status, VerifierError, validate_item
 from verifier.code_score import score_code
 from verifier.math_score import quick_verdict, score_math
-from verifier.pool import DeadlineExceeded, DeadlinePool, TaskFailed, WorkerDied
+from verifier.pool import TASK_CPU, DeadlineExceeded, DeadlinePool, TaskFailed, WorkerDied
 from verifier.profiles import Profile, ProfileName, get_profile
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,11 @@ class ScoringConfig:
     docker_image: str = "python:3.11-slim"
     """Image of the docker sandbox's containers (with ``--sandbox docker``; the engine is the
     one DOCKER_HOST names). It must hold ``python3``; the verifier image does."""
+    code_concurrency: int = 0
+    """Code samples run at once; 0 (default): ``workers``. A sample's jail spends about as
+    much wall time in the kernel (namespaces, cgroups made and torn down) as on the CPU, so
+    a value above the cores keeps them busy (docs/verifier.md 3); it also lets CPU-heavy
+    tests share the cores, so their wall-clock limits get less slack."""
     math_timeout_s: float = 5.0
     """Hard wall-clock deadline for one math item, seconds, unless the item asks for another.
     5 s is far above a normal item (~10 ms) and bounds a sympy blow-up."""
@@ -68,7 +73,12 @@ def _math_task(response: str, ground_truth: Any, limits: Limits, profile: str) -
 
 
 class Scorer:
-    """Scores items; ``submit`` returns a Future[Result] and never raises for a bad item."""
+    """Scores items; ``submit`` returns a Future[Result] and never raises for a bad item.
+
+    The returned future carries ``costs``: a dict of the item's measured costs (seconds, the
+    stages of verifier/metrics.py STAGES and ``queue_wait``), complete when the result is set
+    (docs/verifier.md 3). It is a side channel for metrics and benchmarks: never part of the
+    Result."""
 
     def __init__(self, config: ScoringConfig, sandbox: Any | None = None):
         self.config = config
@@ -81,17 +91,18 @@ class Scorer:
         # Comparing a program's output with the expected one: in worker processes under a
         # deadline, never on the server's threads (a program chooses its output: a hash-flooded
         # set, millions of numbers). One per code thread, so a comparison never queues.
+        code_slots = config.code_concurrency or config.workers
         self._compare_pool = DeadlinePool(
-            config.workers,
-            max_pending=config.workers,
+            code_slots,
+            max_pending=code_slots,
             memory_mb=config.worker_memory_mb,
             preload=_preload_modules(),
         )
         self._code_threads = ThreadPoolExecutor(
-            max_workers=config.workers, thread_name_prefix="verifier-code"
+            max_workers=code_slots, thread_name_prefix="verifier-code"
         )
         # Bounds the code items accepted but not finished, like the math pool's queue.
-        self._code_slots = threading.BoundedSemaphore(config.max_pending + config.workers)
+        self._code_slots = threading.BoundedSemaphore(config.max_pending + code_slots)
         self.sandbox = sandbox
         self.sandbox_problem: str | None = None
         if sandbox is None:
@@ -178,15 +189,21 @@ class Scorer:
         quick = quick_verdict(item.response, item.ground_truth, profile)
         if quick is not None:
             return _done(_result(item, quick, limits, start, profile))
+        out: Future = Future()
+        out.costs = {}  # type: ignore[attr-defined]
         inner = self._pool.submit(
             _math_task,
             (item.response, item.ground_truth, limits, profile.name),
             limits.timeout_s,
             block_s,
         )
-        out: Future = Future()
 
         def finish(f: Future) -> None:
+            c = f.costs  # type: ignore[attr-defined]
+            out.costs.update(  # type: ignore[attr-defined]
+                {"scoring": c[TASK_CPU], "worker_ipc": c["worker_ipc"],
+                 "pool_supervisor": c["supervisor"], "queue_wait": c["queue_wait"]}
+                if TASK_CPU in c else {k: v for k, v in c.items() if k == "queue_wait"})
             try:
                 outcome = f.result()
             except CancelledError:
@@ -233,8 +250,12 @@ class Scorer:
                 "resource_exhausted",
             )
         sandbox = self.sandbox
+        costs: dict[str, float] = {}
+        queued_at = time.monotonic()
 
         def run() -> Result:
+            costs["queue_wait"] = time.monotonic() - queued_at
+            cpu0 = time.thread_time()
             try:
                 outcome = score_code(
                     item.response,
@@ -243,14 +264,17 @@ class Scorer:
                     sandbox,
                     self._run_compare,
                     profile,
+                    costs,
                 )
             except Exception as e:  # noqa: BLE001 - score_code should not raise; if it does,
                 # the item says so instead of the whole batch failing.
                 log.exception("code scorer failed", extra={"item_id": item.id})
                 outcome = Outcome(Status.INTERNAL_ERROR, f"code scorer failed: {type(e).__name__}: {e}")
+            costs["judge"] = time.thread_time() - cpu0
             return _result(item, outcome, item.limits, start, profile)
 
         fut = self._code_threads.submit(run)
+        fut.costs = costs  # type: ignore[attr-defined]
         fut.add_done_callback(lambda _f: self._code_slots.release())
         return fut
 
@@ -266,6 +290,7 @@ def _result(
 
 def _done(result: Result) -> Future:
     f: Future = Future()
+    f.costs = {}  # type: ignore[attr-defined]
     f.set_result(result)
     return f
 

@@ -19,6 +19,7 @@ import logging
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 from concurrent import futures as cf
@@ -156,6 +157,9 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+SWITCH_INTERVAL_S = 0.0005
+"""``sys.setswitchinterval`` of a serving process (see ``serve``)."""
+
 # The longest a call waits for its items, seconds. A call without a deadline (grpcurl, Node's
 # grpc-js) reports ~3.6e11 s remaining, and a timeout that large overflows time_t inside
 # concurrent.futures.wait; past a day the wait is unbounded in every practical sense.
@@ -210,9 +214,14 @@ class VerifierServicer(pb_grpc.VerifierServicer):
         self.max_batch = max_batch
         self.metrics = metrics or ServerMetrics()
 
-    def _submit(self, msg: pb.Item, block_s: float = 0.0) -> cf.Future:
+    def _submit(self, msg: pb.Item, block_s: float = 0.0, cpu_start: float | None = None
+                ) -> cf.Future:
         """Submit one item; the returned future's result is the Result. Counts it in the
-        metrics (queue depth, items by domain and status, latency)."""
+        metrics (queue depth, items by domain and status, latency, the stages' CPU). The
+        "receive" stage is this thread's CPU from ``cpu_start`` (default: now) to the item's
+        dispatch; the future gets a ``domain`` attribute (for the "encode" stage)."""
+        if cpu_start is None:
+            cpu_start = time.thread_time()
         item = item_from_proto(msg)
         domain = msg.domain
         self.metrics.item_started(domain)
@@ -221,15 +230,26 @@ class VerifierServicer(pb_grpc.VerifierServicer):
         except BaseException:
             self.metrics.item_finished(domain, None)
             raise
+        receive = time.thread_time() - cpu_start
+        fut.domain = domain  # type: ignore[attr-defined]
 
         def done(f: cf.Future) -> None:
             result = None if f.cancelled() else f.result()
             self.metrics.item_finished(domain, result)
             if result is not None:
+                self.metrics.observe_costs(
+                    domain, {**getattr(f, "costs", {}), "receive": receive})
                 _log_item_error(result, domain)
 
         fut.add_done_callback(done)
         return fut
+
+    def _encode(self, fut: cf.Future) -> pb.Result:
+        cpu0 = time.thread_time()
+        msg = result_to_proto(fut.result())
+        self.metrics.observe_costs(getattr(fut, "domain", ""),
+                                   {"encode": time.thread_time() - cpu0})
+        return msg
 
     def Score(self, request: pb.ScoreRequest, context: grpc.ServicerContext) -> pb.ScoreResponse:
         start = time.monotonic()
@@ -268,7 +288,7 @@ class VerifierServicer(pb_grpc.VerifierServicer):
                 f.cancel()
             _abort(context, VerifierError("the call's deadline passed before every item was "
                                           "scored", "deadline_exceeded"))
-        return pb.ScoreResponse(results=[result_to_proto(f.result()) for f in submitted])
+        return pb.ScoreResponse(results=[self._encode(f) for f in submitted])
 
     def ScoreStream(
         self, request_iterator: Iterator[pb.Item], context: grpc.ServicerContext
@@ -309,11 +329,14 @@ class VerifierServicer(pb_grpc.VerifierServicer):
             if f.cancelled():
                 slots.release()
             else:
-                out.put(f.result())
+                out.put(f)
 
         def read() -> None:
             # Runs on its own thread so results stream back while items are still arriving.
             try:
+                # This thread's CPU per item, from the end of the previous item (so reading
+                # and deserializing the message counts) to its dispatch: the "receive" stage.
+                mark = time.thread_time()
                 for msg in request_iterator:
                     # Backpressure: stop reading this stream while it has too many items in
                     # flight; gRPC's flow control then slows the sender.
@@ -322,7 +345,7 @@ class VerifierServicer(pb_grpc.VerifierServicer):
                             return
                     while True:
                         try:
-                            fut = self._submit(msg, block_s=0.5)
+                            fut = self._submit(msg, block_s=0.5, cpu_start=mark)
                             break
                         except VerifierError as e:
                             if e.code != "resource_exhausted" or not context.is_active():
@@ -332,6 +355,7 @@ class VerifierServicer(pb_grpc.VerifierServicer):
                         live.add(fut)
                         reader_state["submitted"] += 1
                     fut.add_done_callback(on_done)
+                    mark = time.thread_time()
             except VerifierError as e:
                 reader_state["error"] = e
             except grpc.RpcError:
@@ -359,7 +383,12 @@ class VerifierServicer(pb_grpc.VerifierServicer):
                         _abort(context, reader_state["error"])
                     continue
                 emitted += 1
-                yield result_to_proto(x)
+                # "encode": converting the result, and gRPC serializing and writing it on this
+                # thread before it asks for the next one (the CPU clock skips waiting).
+                cpu0 = time.thread_time()
+                yield result_to_proto(x.result())
+                self.metrics.observe_costs(getattr(x, "domain", ""),
+                                           {"encode": time.thread_time() - cpu0})
                 slots.release()
         finally:
             with lock:
@@ -500,6 +529,11 @@ def serve(config: ServeConfig) -> None:
     # are up, and a parent killed right after reading it must still be noticed (read later,
     # getppid() would already be the reaper's pid and never change).
     parent = os.getppid()
+    # The GIL hand-off interval: this process's threads (gRPC's, the stream readers, the pools'
+    # supervisors) each do ~0.1 ms of Python per item and then wait on I/O. With the default
+    # 5 ms interval a supervisor holding a worker's reply can wait up to 5 ms for the GIL while
+    # its worker idles; 0.5 ms keeps the workers fed (docs/verifier.md 3).
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     host = f"[{config.host}]" if ":" in config.host else config.host
     server, port = create_server(f"{host}:{config.port}", config)
     log.info("verifier listening", extra={

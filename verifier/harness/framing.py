@@ -8,6 +8,7 @@ modules that are cheap to import in the jail (no hashlib, no json until a messag
 """
 
 import os
+import resource
 import select
 import time
 
@@ -182,7 +183,13 @@ class Reporter:
 
     def emit(self, rec, blobs=()):
         key = read_exact(0, KEY_BYTES)
-        rec = dict(rec, seq=self.seq, blobs=[len(b) for b in blobs])
+        # CPU so far of the harness itself and of its reaped children (the tests), for the
+        # judge's cost breakdown (docs/verifier.md 3); informational, never part of a verdict.
+        # (process_time and getrusage: microsecond clocks; os.times counts 10 ms ticks.)
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        rec = dict(rec, seq=self.seq, blobs=[len(b) for b in blobs],
+                   hcpu_us=int(time.process_time() * 1e6),
+                   ccpu_us=int((ru.ru_utime + ru.ru_stime) * 1e6))
         head = _dumps(rec)
         frame = [MAGIC, len(head).to_bytes(4, "big"), head, *blobs]
         frame.append(hmac_sha256(key, frame))
