@@ -219,7 +219,12 @@ def test_sigterm_drains_in_flight_work() -> None:
 
         th = threading.Thread(target=call)
         th.start()
-        time.sleep(1.0)
+        # Signal once the stream is flowing (gRPC pulls items only from a started call), not
+        # after a guessed sleep: on a loaded machine the call can take seconds to start.
+        deadline = time.monotonic() + 30
+        while sent[0] < 10 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sent[0] >= 10, "the stream never started"
         sp.proc.send_signal(signal.SIGTERM)
         assert sent[0] < 100, "the stream finished before SIGTERM: nothing was in flight"
         # The drain starts when the server's main thread runs its signal handler: at once here,
