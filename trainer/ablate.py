@@ -45,8 +45,8 @@ from trainer.ablations import (
     final_numbers,
     seed_spread,
 )
-from trainer.plot import read_metrics, series, trailing_mean
 from trainer.config import load_config
+from trainer.plot import plt, read_metrics, series, trailing_mean  # pyplot, headless (Agg)
 
 log = logging.getLogger(__name__)
 
@@ -459,11 +459,6 @@ def band(per_seed: Sequence[tuple[list[int], list[float]]]) -> tuple[list[int], 
 
 
 def write_plots(root: Path, summary: dict[str, Any], outcomes: Sequence[RunOutcome]) -> list[str]:
-    import matplotlib  # the training extra's plotting library, only needed here
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     written = []
     for key, title, name, smooth in PLOTS:
         fig, ax = plt.subplots(figsize=(7, 4))
