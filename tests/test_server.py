@@ -3,7 +3,9 @@ reflection, deadlines, bombs next to normal items, overload, and a SIGTERM drain
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import signal
 import threading
 import time
@@ -192,6 +194,25 @@ def test_non_loopback_bind_needs_insecure() -> None:
     with pytest.raises(ValueError, match="loopback"):
         ServeConfig(host="0.0.0.0", insecure=True, unsafe_no_sandbox=True)
     assert ServeConfig(host="0.0.0.0", insecure=True).host == "0.0.0.0"
+
+
+def test_sigterm_delivered_to_a_grpc_thread_still_stops_the_server() -> None:
+    """The kernel may hand a process-directed SIGTERM to any of its threads; Python runs the
+    handler on the main thread only. SIGTERM sent to one of gRPC's threads (tgkill) must still
+    drain and stop the server: a main thread asleep in an untimed wait never woke up."""
+    sp = ServerProcess(0, "--grace-s", "5", "--workers", "1")
+    try:
+        VerifierClient(sp.address, ClientConfig(max_retries=0)).wait_ready()
+        pid = sp.proc.pid
+        others = [int(tid) for tid in os.listdir(f"/proc/{pid}/task") if int(tid) != pid]
+        assert others, "the server has no threads besides the main one"
+        libc = ctypes.CDLL(None, use_errno=True)
+        sys_tgkill = 234  # x86_64
+        assert libc.syscall(sys_tgkill, pid, others[0], signal.SIGTERM) == 0, ctypes.get_errno()
+        assert sp.proc.wait(timeout=30) == 0
+        assert "draining" in sp.rest_of_output()
+    finally:
+        sp.terminate(signal.SIGKILL)
 
 
 def test_sigterm_drains_in_flight_work() -> None:

@@ -564,7 +564,12 @@ def serve(config: ServeConfig) -> None:
                     stop.set()
 
         threading.Thread(target=watch_parent, name="verifier-parent-watch", daemon=True).start()
-    stop.wait()
+    # Wake the main thread twice a second: Python runs a signal's handler on the main thread
+    # only, and the kernel may deliver SIGTERM to one of gRPC's threads; a main thread asleep
+    # in an untimed wait then never learns of it (seen under load: still serving 20 s after
+    # SIGTERM).
+    while not stop.wait(0.5):
+        pass
     log.info("draining", extra={"signal": received[0] if received else None,
                                 "grace_s": config.grace_s})
     server.stop(config.grace_s)
