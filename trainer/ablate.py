@@ -108,6 +108,18 @@ def _overrides_text(overrides: dict[str, str]) -> list[str]:
 
 # -- the driver --------------------------------------------------------------------------------
 
+def _wait(proc: subprocess.Popen) -> int:
+    """The child's exit status, waited for in short slices: Python runs a signal's handler on
+    the main thread only, and the kernel may hand Ctrl-C or SIGTERM to another of this
+    process's threads; a main thread blocked in an untimed waitpid() would then learn of it
+    only when the child had finished on its own."""
+    while True:
+        try:
+            return proc.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            continue
+
+
 class Driver:
     def __init__(self, opts: AblateOptions):
         self.ablation = get_ablation(opts.name)
@@ -230,13 +242,13 @@ class Driver:
             proc = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
                                     start_new_session=True)
             try:
-                return proc.wait()
+                return _wait(proc)
             except KeyboardInterrupt:
                 proc.send_signal(signal.SIGINT)
                 print("\nCtrl-C: the running variant finishes its step and writes a "
                       "checkpoint (Ctrl-C again to kill it)", file=sys.stderr, flush=True)
                 try:
-                    proc.wait()
+                    _wait(proc)
                 except KeyboardInterrupt:
                     proc.kill()
                     proc.wait()
