@@ -259,8 +259,11 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_resumes_the_interrupted_run(tiny_ablat
            "--variants", "t1.0", "--out", str(out)]
     for x in [*TINY, "total_steps=12", "eval.every_steps=0"]:
         cmd += ["--set", x]
+    # SIGINT at its default in the driver: a suite started in the background (`make test &`,
+    # a CI runner) inherits it ignored, and Python then installs no KeyboardInterrupt handler.
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     run = out / "temperature" / "runs" / "t1.0-s0"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None and not (
