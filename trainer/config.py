@@ -482,28 +482,26 @@ def _type_label(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
-def _defaults(cls: type) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            out[f.name] = f.default_factory()
-    return out
+def _default_text(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        return _leaf_yaml(f.default)
+    if f.default_factory is not dataclasses.MISSING:
+        return _leaf_yaml(f.default_factory())
+    return "(required)"
 
 
 def knob_help(cls: type = RunConfig, prefix: str = "") -> list[tuple[str, str, str, str]]:
     """Every settable key of the run config: ``(key, type, default, help)``, sections
     flattened with dotted keys (``trainer run --help``)."""
     rows: list[tuple[str, str, str, str]] = []
-    defaults = _defaults(cls)
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     for name in _fields(cls):
         sub = _dataclass_of(hints[name])
-        if sub is not None:
+        if sub is not None:  # a section: its own keys, not one default built and thrown away
             rows += knob_help(sub, f"{prefix}{name}.")
             continue
-        default = "(required)" if name not in defaults else _leaf_yaml(defaults[name])
-        rows.append((f"{prefix}{name}", _type_label(hints[name]), default, docs.get(name, "")))
+        rows.append((f"{prefix}{name}", _type_label(hints[name]), _default_text(fields[name]),
+                     docs.get(name, "")))
     return rows
