@@ -103,7 +103,11 @@ def shutdown() -> None:
     collection so that the gloo groups, DeepSpeed's engines and their native threads are freed
     now. Left to interpreter finalization, native destructors run while modules are half torn
     down; a rank of the two-rank DeepSpeed test aborted there ("terminate called without an
-    active exception") after all its work was done. Sync point: every rank calls it last."""
+    active exception") after all its work was done. The same abort is reported upstream for a
+    gloo group left to finalization (pytorch/pytorch issue 190489: "terminate called without an
+    active exception" when destroy_process_group is missed; PR 179291 explains it: gloo's worker
+    threads still hold work objects whose tensors take the GIL while the interpreter is torn
+    down). Sync point: every rank calls it last."""
     if dist.is_available() and dist.is_initialized():
         if dist.get_world_size() > 1:
             dist.barrier()
