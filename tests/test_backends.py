@@ -118,6 +118,50 @@ def test_logprobs_match_a_direct_log_softmax(model_dir, data):
     assert bool((got[~real] == 0).all())  # padding positions hold 0
 
 
+def test_logprobs_entropy_and_kl_are_of_the_sampling_distribution(model_dir, data):
+    """docs/magic.md "Temperature": at rollout temperature tau the backend's log-probs, the
+    update's entropy and its reference log-probs are those of softmax(logits / tau); old
+    log-probs taken at tau start the update at ratio exactly 1 (taken at 1 they would not)."""
+    from transformers import AutoModelForCausalLM
+
+    batch, _, adv = data
+    tau = 0.6
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids,
+                       attention_mask=batch.attention_mask).logits[:, :-1]  # [B, L-1, V]
+    scaled = logits / tau  # [B, L-1, V]
+    want_lp = scaled.log_softmax(-1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
+    want_h = float(magic.masked_mean(magic.token_entropy(scaled), batch.response_mask))
+    plain_h = float(magic.masked_mean(magic.token_entropy(logits), batch.response_mask))
+    real = batch.attention_mask[:, 1:].bool()  # [B, L-1]
+
+    backend = TorchBackend(dataclasses.replace(LINEAR, keep_reference=True), model_dir)
+    old = backend.logprobs(batch, 3, temperature=tau)  # [B, L-1]
+    torch.testing.assert_close(old[real], want_lp[real], atol=1e-5, rtol=0)
+    loss = LossSettings(kl_coef=0.1, temperature=tau)
+    m = backend.update(batch, old, adv, whole(batch, 3), loss)
+    assert m["entropy"] == pytest.approx(want_h, abs=1e-5)
+    assert abs(want_h - plain_h) > 1e-2  # the check can tell the two distributions apart
+    assert m["losses/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    assert m["losses/approx_kl"] == pytest.approx(0.0, abs=1e-7)
+    assert m["losses/kl"] == 0.0  # the reference is scored at tau too (same initial weights)
+
+    mismatched = TorchBackend(LINEAR, model_dir)
+    m1 = mismatched.update(batch, mismatched.logprobs(batch, 3), adv, whole(batch, 3),
+                           LossSettings(temperature=tau))
+    assert abs(m1["losses/ratio_mean"] - 1.0) > 1e-3  # old at tau 1, update at 0.6
+
+
+def test_sampling_logits_rule():
+    logits = torch.randn(2, 3, 5)  # [B, T, V]
+    assert magic.sampling_logits(logits, 1.0) is logits
+    torch.testing.assert_close(magic.sampling_logits(logits, 0.5), logits * 2)
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="temperature must be > 0"):
+            magic.sampling_logits(logits, bad)
+
+
 def test_target_logprobs_chunked_equals_log_softmax_in_bf16_with_grad():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(2, 5, 7, generator=g).to(torch.bfloat16).requires_grad_()

@@ -260,10 +260,38 @@ def test_on_policy_steps_skip_the_old_logprob_forward(data, policy, tmp_path, mi
         trainer.close()
     assert len(updates) == 1 and metrics["optimizer_steps"] == (1 if mini_batch_size is None
                                                                 else 2)
-    assert calls == [{"response_only": True}] * old_forwards
+    assert calls == [{"response_only": True, "temperature": cfg.magic.temperature}] * old_forwards
     assert (updates[0] is None) == (old_forwards == 0)
     if old_forwards == 0:
         assert metrics["losses/ratio_mean"] == 1.0 and metrics["losses/clipfrac"] == 0.0
+
+
+def test_the_update_works_on_the_rollout_temperature(data, policy, tmp_path) -> None:
+    """docs/magic.md "Temperature": a step that sampled at tau hands tau to the old log-probs'
+    forward and to the update (tests/test_backends.py checks what the backend does with it)."""
+    from trainer.loop import Trainer
+
+    cfg = demo_config(data, tmp_path, policy, eval__every_steps=0, magic__online_filter=False,
+                      magic__temperature=0.7, magic__mini_batch_size=2)
+    trainer = Trainer(cfg)
+    seen: list[tuple[str, float]] = []
+    original_logprobs, original_update = trainer.backend.logprobs, trainer.backend.update
+
+    def logprobs(batch, micro_batch_size, **kw):
+        seen.append(("logprobs", kw["temperature"]))
+        return original_logprobs(batch, micro_batch_size, **kw)
+
+    def update(batch, old_logprobs, advantages, plan, loss, *args, **kw):
+        seen.append(("update", loss.temperature))
+        return original_update(batch, old_logprobs, advantages, plan, loss, *args, **kw)
+
+    trainer.backend.logprobs, trainer.backend.update = logprobs, update
+    try:
+        metrics = trainer.train_step()
+    finally:
+        trainer.close()
+    assert seen == [("logprobs", 0.7), ("update", 0.7)]
+    assert metrics["optimizer_steps"] == 2
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:

@@ -259,10 +259,11 @@ ABLATIONS: dict[str, Ablation] = {a.name: a for a in (
          Check("eval/accuracy", "t0.6", "t1.0", "higher")),
         setup=dict(NO_ENTROPY),
         notes=_NO_ENTROPY_NOTE + " Held-out accuracy is sampled at 0.6 for both. The "
-              "entropy is the policy's own (unscaled logits, temperature 1) on the sampled "
-              "responses, for both variants; trainers that divide the logits by the rollout "
-              "temperature (as verl does) would report a lower entropy for 0.6 by "
-              "construction."),
+              "entropy is that of each run's sampling distribution (logits / tau, "
+              "docs/magic.md 'Temperature'), as the released trainer logs it; so part of 0.6's "
+              "lower entropy is by construction (the same weights sampled at 0.6 give a "
+              "sharper distribution), and the accuracy check is the one that does not lean on "
+              "it."),
     Ablation(
         "entropy-control",
         "Adaptive entropy control holds entropy near its target; without it entropy "

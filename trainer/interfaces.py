@@ -132,6 +132,10 @@ class LossSettings:
     """Coefficient c of the -c*H term for THIS step (from AdaptiveEntropyController)."""
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
+    temperature: float = 1.0
+    """The rollout temperature: the update's log-probs, entropy and reference log-probs are
+    those of ``softmax(logits / temperature)``, the distribution the responses were sampled
+    from (trainer.magic.sampling_logits)."""
 
 
 @dataclass
@@ -151,10 +155,11 @@ class TrainingBackend(Protocol):
     world_size: int
 
     def logprobs(self, batch: TokenBatch, micro_batch_size: int, *,
-                 response_only: bool = False) -> torch.Tensor:
+                 response_only: bool = False, temperature: float = 1.0) -> torch.Tensor:
         """log pi(target) for every target token, no grad: ``[B, L-1]`` float32 (padding
         positions hold 0). Used for the old (rollout-policy) log-probs. ``response_only``:
-        only the response targets are computed, the others hold 0."""
+        only the response targets are computed, the others hold 0. ``temperature``: of
+        ``softmax(logits / temperature)``, the rollout distribution (LossSettings)."""
         ...
 
     def update(self, batch: TokenBatch, old_logprobs: torch.Tensor | None,

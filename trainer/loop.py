@@ -347,13 +347,14 @@ class Trainer:
         # the update takes the detached log-probs of its own forward (ratio exactly 1) and
         # the separate no-grad pass is skipped. A config property, so the same on every rank.
         old_logprobs = (None if self.off_policy.is_on_policy else
-                        self.backend.logprobs(batch, cfg.micro_batch_size,
-                                              response_only=True))  # [B, T]
+                        self.backend.logprobs(batch, cfg.micro_batch_size, response_only=True,
+                                              temperature=m.temperature))  # [B, T]
         gen = torch.Generator().manual_seed(_seed(cfg, step, 1) + self.rank)
         minibatches = [response_indices(p, G) for p in self.off_policy.minibatches(
             len(kept_prompts), gen, keep_empty=self.world > 1)]
         loss = LossSettings(clip_low=m.clip_low, clip_high=m.clip_high, entropy_coef=coef,
-                            kl_coef=m.kl_coef, kl_estimator=m.kl_estimator)
+                            kl_coef=m.kl_coef, kl_estimator=m.kl_estimator,
+                            temperature=m.temperature)
         metrics = self.backend.update(batch, old_logprobs, scored.advantages[batch_rows],
                                       UpdatePlan(minibatches, cfg.micro_batch_size), loss)
         metrics["entropy/coef"] = coef

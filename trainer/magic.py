@@ -7,6 +7,7 @@ stored group by group (rows ``g*n .. g*n+n-1`` are the group of prompt ``g``).
 
 Contents:
 - rewards -> advantages: :func:`group_advantages`, :func:`filter_groups`
+- the sampling distribution: :func:`sampling_logits`
 - losses: :func:`policy_loss`, :func:`entropy_loss`, :func:`kl_loss`, :func:`magic_loss`,
   with :func:`kl_penalty`, :func:`token_entropy`, :func:`sampled_entropy`, :func:`masked_mean`
 - split invariance: :func:`global_token_count`, :func:`token_mean_denominator`,
@@ -42,7 +43,8 @@ __all__ = [
     "PlateauMode", "Stage", "StageSchedule", "default_stages", "entropy_loss", "filter_groups",
     "global_token_count", "group_advantages", "kl_loss", "kl_penalty", "magic_loss",
     "masked_mean", "masked_sum", "merge_metrics", "policy_loss", "response_indices",
-    "sampled_entropy", "token_entropy", "token_mean_denominator", "validate_stages",
+    "sampled_entropy", "sampling_logits", "token_entropy", "token_mean_denominator",
+    "validate_stages",
 ]
 
 MASK_MODES: tuple[str, ...] = ("none", "before", "after")
@@ -285,6 +287,28 @@ def merge_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
         total_w = sum(w for w, _ in pairs)
         out[key] = sum(w * v for w, v in pairs) / total_w if total_w > 0 else 0.0
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The policy being trained: the sampling distribution
+# ---------------------------------------------------------------------------------------------
+
+def sampling_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The logits of the distribution the rollouts were sampled from: ``logits / tau``.
+
+    Rule (Skywork-OR1 §3 "High-Temperature Sampling"; docs/magic.md "Temperature"): the
+    update's log-probs (new, old and reference) and its entropy are those of
+    ``softmax(logits / tau)``, tau the rollout temperature, so that the importance ratio, the
+    policy gradient and the entropy the adaptive controller steers all belong to the policy
+    that produced the responses. This is what the released trainer does: SkyworkAI/Skywork-OR1
+    at 64e96af, verl/workers/actor/dp_actor.py, ``_forward_micro_batch`` divides the logits by
+    ``meta_info['temperature']`` (the rollout's) before its log-probs and entropy, for the old
+    log-probs and for the update alike. At tau = 1 nothing changes (the same tensor is
+    returned). ``[..., V] -> [..., V]``.
+    """
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    return logits if temperature == 1.0 else logits / temperature
 
 
 # ---------------------------------------------------------------------------------------------

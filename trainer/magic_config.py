@@ -52,7 +52,9 @@ class MagicConfig:
     released (256 x 16 = 4096 responses per step). Skywork-OR1 §3."""
     temperature: float = 1.0
     """Rollout sampling temperature, > 0. Default 1.0: the report finds tau=1.0 keeps entropy and
-    learning signal higher than 0.6. Skywork-OR1 §3 'High-Temperature Sampling'."""
+    learning signal higher than 0.6. The update's log-probs and entropy are of logits / tau,
+    the sampling distribution, as in the released trainer. Skywork-OR1 §3 'High-Temperature
+    Sampling'; docs/magic.md 'Temperature'."""
     top_p: float = 1.0
     """Rollout nucleus sampling mass, in (0, 1]. Default 1.0 (off), as released."""
     top_k: int = -1

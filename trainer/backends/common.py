@@ -209,10 +209,12 @@ def used_length(attention_mask: torch.Tensor) -> int:
 
 def _head_stats(features: torch.Tensor, targets: torch.Tensor,
                 head: Callable[[torch.Tensor], torch.Tensor] | None,
-                entropy: EntropyGrad) -> tuple[torch.Tensor, ...]:
-    """One chunk: output layer, target log-prob and (optionally) entropy.
+                entropy: EntropyGrad, temperature: float = 1.0) -> tuple[torch.Tensor, ...]:
+    """One chunk: output layer, target log-prob and (optionally) entropy, both of
+    ``softmax(logits / temperature)`` (:func:`token_stats`).
     [n, D], [n] -> ([n] float32, [n] float32 when ``entropy`` is not "none")."""
     logits = head(features) if head is not None else features  # [n, V]
+    logits = magic.sampling_logits(logits, temperature)  # [n, V]
     lp = _chunk_target_logprobs(logits, targets).float()  # [n]
     if entropy == "grad":
         return lp, magic.token_entropy(logits, max(1, logits.shape[0]),
@@ -227,7 +229,7 @@ def _head_stats(features: torch.Tensor, targets: torch.Tensor,
 def token_stats(forward: ForwardFn | SplitForward, input_ids: torch.Tensor,
                 attention_mask: torch.Tensor, *, positions: torch.Tensor | None = None,
                 entropy: EntropyGrad = "none", chunk_size: int = 1024,
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One micro-batch through the model: per-target log-probs and (optionally) entropy.
 
     ``targets = input_ids[:, 1:]`` (interfaces.py token conventions). The micro-batch is first
@@ -246,6 +248,9 @@ def token_stats(forward: ForwardFn | SplitForward, input_ids: torch.Tensor,
             logits [b, l, V]``.
         positions: ``[b, L-1]`` bool, the targets wanted (None: every real target).
         entropy: ``"none"``; ``"detached"`` (metric only, no graph); ``"grad"`` (for -c*H).
+        temperature: the rollout temperature tau: log-probs and entropy are those of
+            ``softmax(logits / tau)``, the distribution the responses were sampled from
+            (docs/magic.md "Temperature"; rule :func:`trainer.magic.sampling_logits`).
     Returns:
         ``(logprobs [b, L-1] float32, entropy [b, L-1] float32 or None)``; 0 wherever the
         target is padding or not wanted.
@@ -272,7 +277,7 @@ def token_stats(forward: ForwardFn | SplitForward, input_ids: torch.Tensor,
     parts: list[tuple[torch.Tensor, ...]] = []
     for start in range(0, n, chunk_size):
         args = (feats[start:start + chunk_size], targets[start:start + chunk_size],
-                split.head, entropy)
+                split.head, entropy, temperature)
         parts.append(torch.utils.checkpoint.checkpoint(_head_stats, *args, use_reentrant=False)
                      if checkpoint else _head_stats(*args))
     full = F.pad(want, (0, L - length))  # [b, L-1]
@@ -373,10 +378,11 @@ class PolicyBackendBase:
 
     # -- log-probs -----------------------------------------------------------------------------
     def logprobs(self, batch: TokenBatch, micro_batch_size: int, *,
-                 response_only: bool = False) -> torch.Tensor:
+                 response_only: bool = False, temperature: float = 1.0) -> torch.Tensor:
         """log pi(target) per target token, no grad: ``[B, L-1]`` float32 on the CPU, padding 0.
         ``response_only``: only response targets (``batch.response_mask``) are computed, the
         rest hold 0 (what the loss reads: the output layer skips the prompt positions).
+        ``temperature``: of ``softmax(logits / temperature)``, the rollout distribution.
 
         Under data parallel every rank must call it (ZeRO-3 gathers parameters in forward):
         ranks with fewer micro-batches run padding forwards so all take the same number.
@@ -393,7 +399,8 @@ class PolicyBackendBase:
                 attn = batch.attention_mask[rows].to(self.device)  # [b, L]
                 wanted = batch.response_mask[rows] if response_only else None  # [b, L-1]
                 lp, _ = token_stats(self._policy_forward(), ids, attn, positions=wanted,
-                                    chunk_size=self.config.entropy_chunk_size)
+                                    chunk_size=self.config.entropy_chunk_size,
+                                    temperature=temperature)
                 if i < len(chunks):
                     out[rows] = lp.cpu()
         return out
@@ -487,12 +494,12 @@ class PolicyBackendBase:
         mask = wanted if real else torch.zeros_like(wanted)  # [b, L-1]
         entropy_mode: EntropyGrad = "grad" if loss.entropy_coef != 0 else "detached"
         lp, ent = token_stats(self._policy_forward(), ids, attn, positions=wanted,
-                              entropy=entropy_mode,
-                              chunk_size=self.config.entropy_chunk_size)  # [b, L-1] x2
+                              entropy=entropy_mode, chunk_size=self.config.entropy_chunk_size,
+                              temperature=loss.temperature)  # [b, L-1] x2
         if ref_logprobs is not None:
             ref = ref_logprobs[idx].to(dev)  # [b, L-1]
         elif self.has_reference:
-            ref = self._reference_logprobs(ids, attn, wanted)  # [b, L-1]
+            ref = self._reference_logprobs(ids, attn, wanted, loss.temperature)  # [b, L-1]
         else:
             ref = None
         # Why detach: pi_old is a constant of the loss; ratio = exp(lp - lp.detach()) is 1
@@ -505,7 +512,7 @@ class PolicyBackendBase:
             clip_low=loss.clip_low, clip_high=loss.clip_high, num_tokens=denom)
 
     def _reference_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                            positions: torch.Tensor) -> torch.Tensor:
+                            positions: torch.Tensor, temperature: float) -> torch.Tensor:
         """log pi_ref(target) of one micro-batch, no grad: ``[b, L-1]``, padding 0.
 
         Computed on the very tensors the policy's forward saw (same rows, same trimmed length,
@@ -516,8 +523,8 @@ class PolicyBackendBase:
         """
         with torch.no_grad():
             lp, _ = token_stats(self._reference_forward(), input_ids, attention_mask,
-                                positions=positions,
-                                chunk_size=self.config.entropy_chunk_size)  # [b, L-1]
+                                positions=positions, chunk_size=self.config.entropy_chunk_size,
+                                temperature=temperature)  # [b, L-1]
         return lp
 
     def _final_metrics(self, parts: list[dict[str, float]], norms: list[float],
