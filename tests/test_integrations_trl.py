@@ -25,7 +25,7 @@ from trainer.data import Problem
 from trainer.hf_utils import chat_prompt_ids, load_tokenizer
 from trainer.tiny import save_tiny
 from trainer.warmstart import warm_start
-from verifier.client import VerifierClient
+from verifier.client import ClientConfig, VerifierClient
 from verifier.integrations import common
 from verifier.integrations.trl import UnjudgedError, VerifierReward, completion_text
 from verifier.items import Status, VerifierError
@@ -69,12 +69,14 @@ class Recording(VerifierReward):
         return out
 
 
-def grpo(policy_dir: Path, reward: VerifierReward, out: Path) -> GRPOTrainer:
-    """Two GRPO steps; each step generates 4 completions for each of the 3 rows."""
-    dataset = Dataset.from_list([{"prompt": chat(PROMPTS[k]), "ground_truth": gt}
-                                 for k, gt in ROWS])
+def grpo(policy_dir: Path, reward: VerifierReward, out: Path, rows=ROWS, plain: bool = False,
+         steps: int = 2) -> GRPOTrainer:
+    """``steps`` GRPO steps; each generates 4 completions for each of the 3 rows. Prompts are
+    chat messages (conversational data), or with ``plain`` text (plain completions)."""
+    dataset = Dataset.from_list([{"prompt": PROMPTS[k] if plain else chat(PROMPTS[k]),
+                                  "ground_truth": gt} for k, gt in rows])
     args = GRPOConfig(
-        output_dir=str(out), max_steps=2, per_device_train_batch_size=12, num_generations=4,
+        output_dir=str(out), max_steps=steps, per_device_train_batch_size=12, num_generations=4,
         max_completion_length=8, learning_rate=3e-3, logging_steps=1, report_to="none",
         bf16=False, use_cpu=True, save_strategy="no", seed=0, disable_tqdm=True)
     return GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(str(policy_dir)),
@@ -147,6 +149,40 @@ def test_grpo_stops_on_an_unjudged_completion_by_default(server, policy_dir, tmp
         trainer.train()
     assert len(err.value.unjudged) == 4
     assert trainer.state.global_step == 0
+
+
+def test_grpo_with_plain_text_prompts_scores_string_completions(server, policy_dir,
+                                                                tmp_path) -> None:
+    """Non-conversational data: TRL hands the reward plain strings (no chat template)."""
+    _, addr = server
+    reward = Recording(addr)
+    trainer = grpo(policy_dir, reward, tmp_path, rows=[("one", "1"), ("uno", "1"), ("one", "2")],
+                   plain=True, steps=1)
+    trainer.train()
+    [call] = reward.calls
+    assert len(call["completions"]) == 12
+    assert all(isinstance(c, str) for c in call["completions"])
+    with VerifierClient(addr) as client:
+        verdicts = client.score([{"id": str(i), "domain": "math", "ground_truth": gt,
+                                  "response": c}
+                                 for i, (c, gt) in enumerate(zip(call["completions"],
+                                                                 call["columns"]["ground_truth"]))])
+    assert call["rewards"] == [v.reward for v in verdicts]
+    assert trainer.state.global_step == 1
+
+
+def test_failover_past_a_dead_replica_in_the_address_list(server) -> None:
+    """The reward scores through the client's fleet: a dead replica in the list is skipped and
+    its items go to the live one (failover is the client's: tests/test_fleet.py)."""
+    _, addr = server
+    dead = f"127.0.0.1:{free_port()}"
+    reward = VerifierReward(f"{dead},{addr}", config=ClientConfig(max_backoff_s=0.5))
+    n = 40
+    out = reward(prompts=["p"] * n, completions=[f"\\boxed{{{i}}}" for i in range(n)],
+                 ground_truth=[str(i % 4) for i in range(n)])
+    assert out == [1.0 if i < 4 else 0.0 for i in range(n)]
+    stats = common.shared_client(f"{dead},{addr}", reward.config).replica_stats()
+    assert stats[dead]["answered"] == 0 and stats[addr]["answered"] >= n
 
 
 def test_plain_completions_and_the_domain_and_data_source_columns(server) -> None:

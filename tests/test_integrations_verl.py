@@ -6,9 +6,10 @@ The call shapes, from volcengine/verl at commit b178a3cd56f58b2d502255daba591e92
   the function named by custom_reward_function.name is loaded from .path (pkg:// imports a
   module) and called with custom_reward_function.reward_kwargs merged into the keywords, the
   config's values winning;
-- verl/workers/reward_manager/naive.py, lines 85-90: one keyword call per response
-  (data_source, solution_str, ground_truth, extra_info); lines 92-96: a dict's "score" is the
-  reward and every key goes into reward_extra_info;
+- verl/workers/reward_manager/naive.py, lines 77-83: the row's extra_info gets num_turns and
+  rollout_reward_scores; lines 85-90: one keyword call per response (data_source,
+  solution_str, ground_truth, extra_info); lines 92-96: a dict's "score" is the reward and
+  every key goes into reward_extra_info;
 - verl/experimental/reward_loop/reward_manager/naive.py, lines 58-84: the same keyword call from
   executor threads, plus reward_router_address / reward_model_tokenizer;
 - verl/workers/reward_manager/prime.py, line 35: partial(fn, data_source, completion, reference,
@@ -16,11 +17,20 @@ The call shapes, from volcengine/verl at commit b178a3cd56f58b2d502255daba591e92
   float()ed;
 - verl/workers/reward_manager/batch.py, lines 62-76: one keyword call per batch (data_sources,
   solution_strs, ground_truths, extra_infos, **reward_kwargs) with numpy arrays from the
-  batch's non_tensor_batch; lines 102-110: scores[i]["score"].
+  batch's non_tensor_batch, each extra_info given rollout_reward_scores (lines 64-68);
+  lines 102-110: scores[i]["score"].
+
+The batch and prime managers are verl's legacy path: at that commit the default is the reward
+loop (verl/trainer/config/reward_model/dp_reward_loop.yaml, use_reward_loop: True), whose
+registry has naive, dapo and remote only (verl/experimental/reward_loop/reward_manager/), so
+they need reward_model.use_reward_loop=false and reward_manager.name=batch|prime
+(verl/trainer/ppo/reward.py lines 120-125; reward_model.reward_manager is deprecated,
+verl/workers/config/reward_model.py lines 62-69).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import logging
@@ -36,6 +46,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, free_port
+from verifier.client import ClientConfig
+from verifier.integrations import common
 from verifier.integrations import verl as verl_reward
 from verifier.integrations.verl import UnjudgedError
 from verifier.items import VerifierError
@@ -64,9 +76,11 @@ def naive_manager(fn: Callable[..., Any], rows: list[dict[str, Any]]) -> tuple[l
     """The naive manager's loop: a keyword call per row, extra info collected per key."""
     rewards, extra = [], defaultdict(list)
     for row in rows:
+        extra_info = row.get("extra_info", {})
+        extra_info["num_turns"] = row.get("__num_turns__", None)
+        extra_info["rollout_reward_scores"] = row.get("reward_scores", {})
         score = fn(data_source=row["data_source"], solution_str=row["response"],
-                   ground_truth=row["reward_model"]["ground_truth"],
-                   extra_info=row.get("extra_info", {}))
+                   ground_truth=row["reward_model"]["ground_truth"], extra_info=extra_info)
         if isinstance(score, dict):
             rewards.append(score["score"])
             for key, value in score.items():
@@ -93,6 +107,11 @@ def test_naive_manager_call(server) -> None:
     fn = custom_reward_fn("compute_score", {"addr": addr})
     rewards, extra = naive_manager(fn, rows())
     assert rewards == [1.0, 0.0, 1.0]
+    # the first call made the process's client for this address; later calls reuse it
+    key = (addr, dataclasses.astuple(ClientConfig()))
+    client = common._clients[key]
+    naive_manager(fn, rows())
+    assert common._clients[key] is client
     assert set(extra) == KEYS and all(len(v) == 3 for v in extra.values())
     assert extra["acc"] == [True, False, True]
     assert extra["status"] == ["CORRECT", "INCORRECT", "CORRECT"]
@@ -135,11 +154,13 @@ def test_batch_manager_call(server) -> None:
                       "reward_model": {"ground_truth": TESTS}, "extra_info": {"index": 3}}]
     # the manager's own reward kwargs (reward_model.reward_kwargs) come on top of the config's
     fn = custom_reward_fn("compute_score_batch", {"addr": addr})
+    extras = np.array([r["extra_info"] for r in data], dtype=object)
+    for extra_info in extras:
+        extra_info["rollout_reward_scores"] = {}
     scores = fn(data_sources=np.array([r["data_source"] for r in data], dtype=object),
                 solution_strs=[r["response"] for r in data],
                 ground_truths=[r["reward_model"].get("ground_truth", None) for r in data],
-                extra_infos=np.array([r["extra_info"] for r in data], dtype=object),
-                domain="auto")
+                extra_infos=extras, domain="auto")
     assert [s["score"] for s in scores] == [1.0, 0.0, 1.0, 0.0]
     assert [s["status"] for s in scores] == ["CORRECT", "INCORRECT", "CORRECT", "INCORRECT"]
     assert all(set(s) == KEYS for s in scores)

@@ -22,7 +22,8 @@ The dataset carries the ground truth in a ``ground_truth`` column, and optionall
 parquet keeps it in ``reward_model.ground_truth`` (and the domain in ``ability``): map it once,
 
     dataset = dataset.map(lambda row: {"ground_truth": row["reward_model"]["ground_truth"],
-                                       "domain": "code" if row["ability"] == "code" else "math"})
+                                       "domain": "code" if row["ability"] in ("code", "coding")
+                                                 else "math"})
 
 One call sends its whole batch as one stream to the fleet (``VerifierClient.stream``: one gRPC
 stream per healthy replica, failover, retries, deadlines). A response the verifier could not

@@ -2,9 +2,17 @@
 
     custom_reward_function:
       path: pkg://verifier.integrations.verl
-      name: compute_score            # compute_score_batch with reward_model.reward_manager=batch
+      name: compute_score            # compute_score_batch with the batch manager (below)
       reward_kwargs:
         addr: dns:///verifier.default.svc.cluster.local:50051   # or set VERIFIER_ADDR
+
+verl's default is its reward loop (``reward_model.use_reward_loop: true``, in
+``verl/trainer/config/reward_model/dp_reward_loop.yaml``), whose naive manager calls
+``compute_score``. Its registry has no batch or prime manager
+(``verl/experimental/reward_loop/reward_manager/``): those are the legacy managers, chosen with
+``reward_model.use_reward_loop=false reward_manager.name=batch`` (or ``prime``;
+``verl/trainer/ppo/reward.py`` lines 120-125; the older key ``reward_model.reward_manager`` is
+deprecated, ``verl/workers/config/reward_model.py`` lines 62-69).
 
 How verl calls it (volcengine/verl at commit b178a3cd56f58b2d502255daba591e92833930a7):
 - ``verl/trainer/ppo/reward.py`` ``get_custom_reward_fn`` (lines 80-96) loads ``name`` from
