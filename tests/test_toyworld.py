@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.data import load_problems
 from trainer.config import load_config
+from trainer.data import load_problems
 from trainer.tiny import build_tokenizer
 from trainer.warmstart import target_response
 from verifier.client import VerifierClient
@@ -109,8 +109,7 @@ def test_gold_answers_and_references_are_right(split) -> None:
     assert tw.scratchpad(99, 1) == "9+1=10:0 9+0+1=10:100"
 
 
-def test_rows_load_as_problems_with_their_reference(split, tmp_path) -> None:
-    train, held_out = split
+def test_rows_load_as_problems_with_their_reference(tmp_path) -> None:
     paths = tw.write(tmp_path, 60, 10, levels=(2, 3), seed=1)
     problems, skipped = load_problems([paths[0]], instruction_suffix="")
     assert skipped == 0 and len(problems) == 60
@@ -220,3 +219,74 @@ def test_demo_stage_limits_bind_in_stage_one_and_fit_in_stage_two(tokenizer) -> 
                         and r["domain"] == "math" and r["extra"]["style"] == "concise")
                 for lv in (2, 3)}
     assert all(n <= short for n in by_level.values())  # concise 2-3 digit math fits stage 1
+
+
+# -- the demo's report against its goals (scripts/demo.py) -------------------------------------
+
+def _demo_script():
+    spec = importlib.util.spec_from_file_location("demo_script", ROOT / "scripts" / "demo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fake_run(run: Path, evals: list[tuple[int, float]], truncated: list[float],
+              samples: dict[int, list[str]] | None) -> Path:
+    """A run directory shaped like `trainer run`'s: metrics.jsonl (evaluation rows and step
+    rows) and samples/step_NNNNNN.jsonl."""
+    rows = [{"step": s, "stage": 0, "eval/accuracy": a} for s, a in evals if s == 0]
+    for i, t in enumerate(truncated, start=1):
+        rows.append({"step": i, "stage": 0, "truncated/frac": t, "reward/no_answer_frac": t / 2})
+        rows += [{"step": s, "stage": 0, "eval/accuracy": a} for s, a in evals if s == i]
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for step, responses in (samples or {}).items():
+        path = run / "samples" / f"step_{step:06d}.jsonl"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("".join(json.dumps({"step": step, "prompt": "Compute 1+2.",
+                                            "response": x, "reward": 0.0, "status": "NO_ANSWER",
+                                            "truncated": "</think>" not in x}) + "\n"
+                                for x in responses))
+    return run
+
+
+def test_demo_summary_checks_the_goals_from_the_run_directory(tmp_path) -> None:
+    """`make demo`'s closing report: the held-out gain from the first to the last evaluation,
+    the truncated and no-answer fractions averaged over exactly the last 10 steps, closed think
+    blocks in the last two sample files, the time; each against the issue's goal."""
+    demo = _demo_script()
+    assert demo.GOALS == {"gain_points": 15.0, "truncated_last10": 0.25, "seconds": 600.0}
+    done = "<think>2+1=3:3</think>\\boxed{3}"
+    good = _fake_run(tmp_path / "good", [(0, 0.469), (10, 0.7), (20, 0.829)],
+                     [1.0] * 10 + [0.2] * 10,  # step 10's 1.0 is outside the last 10
+                     {10: ["<think>2+1=3", done], 20: [done, done]})
+    text = "\n".join(demo.summary(good, 568.0))
+    assert "step 0: 46.9%  step 10: 70.0%  step 20: 82.9%" in text
+    assert "step 0 -> 20: +36.0 points (meets the goal: >= +15)" in text
+    assert "last 10 steps: truncated 0.200 (meets the goal: <= 0.25)" in text
+    assert "no answer (NO_ANSWER) 0.100" in text
+    assert "think block closed in 3/4 sampled responses (samples of steps 10, 20)" in text
+    assert "time: 568 s for data, warm start, 20 RL steps, 3 evaluations" in text
+    assert "(meets the goal: <= 600 s)" in text and "MISSES" not in text
+
+    bad = _fake_run(tmp_path / "bad", [(0, 0.469), (20, 0.60)], [0.3] * 20,
+                    {20: ["<think>2+1=3"]})
+    text = "\n".join(demo.summary(bad, 700.0))
+    assert "+13.1 points (MISSES the goal: >= +15)" in text
+    assert "truncated 0.300 (MISSES the goal: <= 0.25)" in text
+    assert "closed in 0/1" in text and "(MISSES the goal: <= 600 s)" in text
+
+
+def test_demo_summary_without_evaluations_or_samples_says_so(tmp_path) -> None:
+    """Overrides for `make demo` (eval.every_steps=0, log.samples_every=0, total_steps=3): the
+    report gives the numbers there are instead of a traceback after a finished run."""
+    demo = _demo_script()
+    run = _fake_run(tmp_path / "short", [], [0.5, 0.0, 0.25], None)
+    text = "\n".join(demo.summary(run, 12.0))
+    assert "no evaluation ran" in text
+    assert "last 3 steps: truncated 0.250" in text
+    assert "no sample completions kept" in text
+    assert "3 RL steps, 0 evaluations" in text
+    empty = _fake_run(tmp_path / "empty", [(0, 0.4)], [], None)
+    text = "\n".join(demo.summary(empty, 5.0))
+    assert "step 0 -> 0: +0.0 points" in text and "no RL step ran" in text
