@@ -157,6 +157,7 @@ def check_three_problems(summary: dict) -> None:
     assert summary["errors"] == {}
     assert summary["statuses"] == {"CORRECT": 5, "INCORRECT": 7}
     assert set(summary["stderr"]) == {"avg@k", "pass@1", "pass@k"}
+    assert summary["profiles"] == {"default": 12}  # the judging profile the verifier applied
 
 
 def test_eval_in_process(tmp_path: Path) -> None:

@@ -31,7 +31,8 @@ from tests.conftest_sandbox import (  # noqa: F401
 )
 from verifier.client import VerifierClient
 from verifier.code_score import score_code
-from verifier.items import Item, Limits, Status
+from verifier.items import PROFILES, Item, Limits, Status
+from verifier.profiles import get_profile
 from verifier.scoring import Scorer, ScoringConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,10 +40,35 @@ UNJUDGED = (Status.SANDBOX_ERROR, Status.INVALID_INPUT, Status.INTERNAL_ERROR)
 EMPTY = {"inputs": ["5\n"], "outputs": [""]}
 
 
+PROFILE = get_profile("default")
+
+
+def pytest_generate_tests(metafunc):
+    """Every finding judged in a sandbox (the tests that use ``after_attack``) runs under every
+    judging profile: their preambles, recursion limits, SystemExit rules, numpy and time
+    budgets must not reopen a hole. The server-level findings run once."""
+    if "after_attack" in metafunc.fixturenames:
+        metafunc.parametrize("profile_name", PROFILES)
+
+
+@pytest.fixture()
+def profile_name():
+    return "default"
+
+
+@pytest.fixture(autouse=True)
+def _judging_profile(profile_name):
+    global PROFILE
+    PROFILE = get_profile(profile_name)
+    yield PROFILE
+    PROFILE = get_profile("default")
+
+
 def judged(sb, code, gt, **limits):
-    """Score ``code``; the verdict must be the program's own and not CORRECT."""
+    """Score ``code`` under the test's profile; the verdict must be the program's own and not
+    CORRECT."""
     limits.setdefault("test_timeout_s", 3)
-    o = score_code(respond(code), gt, Limits(**limits), sb)
+    o = score_code(respond(code), gt, Limits(**limits), sb, profile=PROFILE)
     assert o.status is not Status.CORRECT, o
     assert o.status not in UNJUDGED, o
     return o
@@ -353,7 +379,8 @@ def test_a_real_prefix_failure_is_still_invalid_input(after_attack):
         "test_code": "def check(candidate):\n    assert candidate(1) == 1\n",
         "entry_point": "Solution().f",
     }
-    o = score_code(respond("class Solution:\n    def f(self, x):\n        return x"), gt, Limits(), after_attack)
+    o = score_code(respond("class Solution:\n    def f(self, x):\n        return x"), gt, Limits(),
+                   after_attack, profile=PROFILE)
     assert o.status is Status.INVALID_INPUT and "no_such_module_anywhere" in o.detail
 
 

@@ -173,6 +173,8 @@ def test_run_writes_the_run_directory_contract(data, policy, tmp_path) -> None:
     model = AutoModelForCausalLM.from_pretrained(run / "checkpoints" / latest / "model")
     assert sum(p.numel() for p in model.parameters()) > 0
     assert "run t" in r.stdout  # the summary table
+    # which rules judged the rewards: the demo's rows name no profile, so the server's default
+    assert "judging profiles of the rewards: the verifier's default" in r.stdout + r.stderr
     # sample completions every 2 steps: 2 prompts x their group of 4, with the verdicts
     assert sorted(p.name for p in (run / "samples").iterdir()) == ["step_000002.jsonl"]
     lines = (run / "samples" / "step_000002.jsonl").read_text().splitlines()
@@ -475,6 +477,7 @@ def test_report_recipes_load_with_the_released_values(name) -> None:
     assert (m.clip_low, m.clip_high, m.mask_mode, m.online_filter) == (0.2, 0.2, "none", True)
     assert (cfg.eval.n_samples, cfg.eval.temperature, cfg.eval.max_tokens) == (32, 0.6, 32768)
     assert cfg.engine.kind == "vllm" and cfg.backend.kind == "deepspeed"
+    assert cfg.verifier.profile == "skywork"  # rewards judged by the released reward's rules
 
 
 @pytest.mark.slow

@@ -106,6 +106,7 @@ def test_avg_at_k_on_generations_with_known_right_answers(client, tmp_path) -> N
     assert summary["pass@k"] == pytest.approx(4 / 5)
     assert summary["by_source"]["a"]["avg@k"] == pytest.approx(0.125)
     assert summary["by_source"]["b"]["avg@k"] == pytest.approx(0.75)
+    assert summary["profiles"] == {"default": 20}  # the summary says which rules judged them
     metrics = trainer_metrics(summary)
     assert metrics == pytest.approx({"eval/a/avg@4": 0.125, "eval/b/avg@4": 0.75,
                                      "eval/eval/avg@4": 0.75, "eval/accuracy": 0.5})

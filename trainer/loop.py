@@ -20,7 +20,7 @@ import os
 import shutil
 import signal
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -120,6 +120,11 @@ class Trainer:
         if cfg.verifier.profile:  # one profile for every reward and evaluation
             for p in (*self.train, *self.eval_problems):
                 p.profile = cfg.verifier.profile
+        judged_by = Counter(p.profile or "the verifier's default"
+                            for p in (*self.train, *self.eval_problems))
+        log.info("judging profiles of the rewards: %s",
+                 ", ".join(f"{name} ({n} problems)" for name, n in sorted(judged_by.items())),
+                 extra={"profiles": dict(judged_by)})
         self.skipped_rows = skipped
         self._prompt_ids: dict[str, list[int]] = {}
         for p in self.train[:1]:

@@ -169,9 +169,11 @@ def run_inline(fn: Callable[..., Any], args: tuple, deadline_s: float) -> Any:
 
 class _Judge:
     def __init__(
-        self, spec: Spec, stop_on_fail: bool, run_bounded: RunBounded, deadline: float
+        self, spec: Spec, stop_on_fail: bool, run_bounded: RunBounded, deadline: float,
+        numpy_arrays: bool = False,
     ):
         self.spec = spec
+        self.numpy_arrays = numpy_arrays  # the profile's numpy rule for returned arrays
         self.stop_on_fail = stop_on_fail
         self.results: dict[int, tuple[Status, str]] = {}
         self.done = False
@@ -282,7 +284,7 @@ class _Judge:
                 self._expected_bytes[i] = canonical_return(expected)
             if out == self._expected_bytes[i]:
                 return Status.CORRECT, ""
-            task = (compare_return, (out, expected, self.spec.taco_outputs))
+            task = (compare_return, (out, expected, self.spec.taco_outputs, self.numpy_arrays))
         budget = max(self.deadline - time.monotonic(), MIN_COMPARE_S)
         try:
             ok, message = self.run_bounded(task[0], task[1], budget)
@@ -393,7 +395,7 @@ def _score(
     timeout = item_timeout(limits, total, tt, profile.sample_budget)
     stop_on_fail = not limits.run_all_tests
     oom_is_memory = getattr(sandbox, "cgroup_mode", "off") != "off" or sandbox.name == "docker"
-    is_asserts = spec.mode == "check" and spec.units.get("kind") == "asserts"
+    kind = spec.units.get("kind") if spec.mode == "check" else None
     packages = getattr(sandbox, "packages_path", None)
     if profile.numpy and not packages:
         return Outcome(
@@ -405,7 +407,8 @@ def _score(
         )
     # The profile's preamble runs in the program's namespace before the program (and before
     # the evaluator's test code: both see the same names, as in the reference judges).
-    preamble = profile.assert_preamble if is_asserts else profile.preamble
+    preamble = {"asserts": profile.assert_preamble,
+                "leetcode": profile.leetcode_preamble}.get(kind, profile.preamble)
     cfg = {
         "mode": spec.mode,
         "source": program,
@@ -439,7 +442,7 @@ def _score(
     keys = [raw[i : i + framing.KEY_BYTES] for i in range(0, len(raw), framing.KEY_BYTES)]
     stdin = len(payload).to_bytes(8, "big") + payload + b"".join(keys)
 
-    judge = _Judge(spec, stop_on_fail, run_bounded, time.monotonic() + timeout)
+    judge = _Judge(spec, stop_on_fail, run_bounded, time.monotonic() + timeout, profile.numpy)
     stream = _Stream(keys, judge.on_record)
     sb_limits = SandboxLimits(
         wall_s=timeout,

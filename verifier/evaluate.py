@@ -321,9 +321,10 @@ def summarize(
     allow_errors: bool = False,
 ) -> dict[str, Any]:
     """The summary JSON: overall metrics, ``by_source`` (the same per data source), error
-    counts, how many lines were skipped, and ``by_problem`` (each problem's verdicts in
-    response order). Responses with an error status count as incorrect here;
-    ``errors_counted_as_incorrect`` says whether any did."""
+    counts, how many lines were skipped, ``by_problem`` (each problem's verdicts in
+    response order) and ``profiles`` (how many responses the verifier says it judged under
+    each judging profile; "-" for those that never reached a scorer). Responses with an error
+    status count as incorrect here; ``errors_counted_as_incorrect`` says whether any did."""
     overall = _group_summary(problems, results, k)
     groups: dict[str, list[EvalProblem]] = defaultdict(list)
     for p in problems:
@@ -346,6 +347,9 @@ def summarize(
         "skipped": list(skipped),
         "by_problem": {p.id: [results[p.wire_id(j)].correct for j in range(len(p.responses))]
                        for p in problems},
+        "profiles": dict(sorted(Counter(results[p.wire_id(j)].profile or NO_SOURCE
+                                        for p in problems
+                                        for j in range(len(p.responses))).items())),
     }
 
 
@@ -677,7 +681,6 @@ def run_problems_eval(cfg: EvalConfig) -> dict[str, Any]:
         "generations_outside_window": joined.generations_outside_window,
         "missing_generations": joined.missing,
         "n_missing_generations": len(joined.missing),
-        "profiles": dict(sorted(Counter(r.profile for r in results.values()).items())),
     })
     if joined.lcb:
         summary["lcb"] = lcb_breakdown(joined, results, cfg.lcb_profile)

@@ -98,7 +98,7 @@ def code_blocks(text: str) -> list[tuple[str, str]]:
 
 def lcb_code_block(text: str) -> str | None:
     """LiveCodeBench's extraction ("lcb" profile; lcb_runner/utils/extraction_utils.py,
-    ``extract_code``, at 15808c7): the lines strictly between the last two lines of the whole
+    ``extract_code``, at 28fef95): the lines strictly between the last two lines of the whole
     response that hold a fence anywhere in them; None with fewer than two such lines."""
     lines = text.split("\n")
     fences = [i for i, line in enumerate(lines) if _FENCE in line]
@@ -111,11 +111,11 @@ _SKYWORK_OPEN = "```python\n"
 
 
 def skywork_code_block(text: str) -> str | None:
-    """The released Skywork-OR1 reward's extraction ("skywork" profile; compute_score.py at
-    849b51b): the text between the first ``</think>`` and the next one (the whole response
-    without one), then the last non-overlapping ```` ```python\n ... ``` ```` block (exactly that
-    tag), as ``re.findall(r"```python\n(.*?)```", text, re.DOTALL)[-1]`` finds it, in linear
-    time."""
+    """The released Skywork-OR1 reward's extraction ("skywork" profile; SkyworkAI/Skywork-OR1
+    at 64e96af, verl/utils/reward_score/livecodebench/compute_score.py): the text between the
+    first ``</think>`` and the next one (the whole response without one), then the last
+    non-overlapping ```` ```python\n ... ``` ```` block (exactly that tag), as
+    ``re.findall(r"```python\n(.*?)```", text, re.DOTALL)[-1]`` finds it, in linear time."""
     if "</think>" in text:
         text = text.split("</think>")[1]
     found = None

@@ -1,12 +1,28 @@
 """The math scorer: ``score_math(response, ground_truth, limits) -> Outcome``.
 
-Implements the math rules of docs/verifier.md 1:
+Two rule sets, chosen by the judging profile (verifier/profiles.py):
+
+- ``skywork``: the released Skywork-OR1 math reward, as released (SkyworkAI/Skywork-OR1 at
+  64e96af, verl/utils/reward_score/livecodebench/compute_score.py,
+  ``math_verify_reward_function``; :func:`_score_released`): the text between the first
+  ``</think>`` and the next one (the whole response without one) goes to math-verify's
+  default extraction, LaTeX or plain expressions, no ``\\boxed`` needed ("The answer is 42."
+  counts); CORRECT when the extracted string is one of the golds or math-verify calls it
+  equivalent to ``\\boxed{gold}``. Ours there: only the input caps and the per-call CPU budget
+  below (the release has a 5 s wall-clock alarm per call; its budget is kept at 5 s).
+- ``default`` and ``lcb``: this project's rules (docs/verifier.md 1), described below. Only
+  one of them is the release's: equivalence is decided by math-verify over sympy, gold first
+  (``verify(gold, answer)``). The extraction is ours, NOT the release's: the released reward
+  needs no box and reads the text after the FIRST ``</think>``; the ``\\boxed`` requirement is
+  that of verl's own math reward (verl/utils/reward_score/math.py), which the Skywork-OR1
+  release does not use.
+
+This project's rules (``default``):
 
 - the answer is read after the last ``</think>``; a response that opened ``<think>`` and never
   closed it has no answer (NO_ANSWER); without think tags the whole text counts;
 - the answer is the content of the LAST ``\\boxed{...}`` (or ``\\fbox{...}``) of that region, not a
-  set of all boxes; there is no fallback when there is no box (NO_ANSWER), as in the released
-  Skywork-OR1 / verl math reward;
+  set of all boxes; there is no fallback when there is no box (NO_ANSWER);
 - equivalence is decided by math-verify over sympy, gold first (``verify(gold, answer)``); the
   item is CORRECT when any acceptable answer matches;
 - known weak spots of plain math-verify are fixed: exact numbers that math-verify calls equal
@@ -365,7 +381,7 @@ def _judge(answer: str, golds: list[str], deadline: float) -> Outcome:
 
 def _score_released(response: str, ground_truth: Any, deadline: float) -> Outcome:
     r"""The released Skywork-OR1 math reward (the "skywork" profile; SkyworkAI/Skywork-OR1,
-    verl/utils/reward_score/livecodebench/compute_score.py at 849b51b,
+    verl/utils/reward_score/livecodebench/compute_score.py at 64e96af,
     ``math_verify_reward_function``): the text between the first ``</think>`` and the next one
     (the whole response without one) goes to math-verify's default extraction (LaTeX and plain
     expressions: "The answer is 42." counts, no ``\boxed`` needed); CORRECT when its extracted

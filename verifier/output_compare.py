@@ -115,12 +115,26 @@ def _number(x: Any) -> Any:
     return None
 
 
-def _encoded_equal(x: Any, expected: Any) -> bool:
+def _encoded_equal(x: Any, expected: Any, numpy_arrays: bool = False) -> bool:
     """``decode(x) == expected`` for a plain JSON ``expected``, without decoding ``x``.
-    Iterative over the expected structure (its depth is bounded by the ground truth)."""
+    Iterative over the expected structure (its depth is bounded by the ground truth).
+
+    ``numpy_arrays`` (profiles with numpy): a one-element numpy array (``np1``) equals what
+    LiveCodeBench's ``==`` makes of it: an expected value holding exactly one element (a
+    scalar, or single-element lists around one) equal to the array's; anything else
+    broadcasts to an empty or many-element result, whose truth LiveCodeBench's judge cannot
+    take (a failure there)."""
     stack = [(x, expected)]
     while stack:
         got, exp = stack.pop()
+        if type(got) is dict and got.get("$") == "np1":
+            if not numpy_arrays:
+                return False
+            while type(exp) is list and len(exp) == 1:
+                exp = exp[0]
+            if type(exp) in (list, dict):
+                return False
+            got = got.get("v")
         if exp is None:
             if got is not None:
                 return False
@@ -178,17 +192,21 @@ def _plain_encoding(v: Any) -> Any:
     return v
 
 
-def compare_return(blob: bytes, expected: Any, taco: bool) -> tuple[bool, str]:
+def compare_return(blob: bytes, expected: Any, taco: bool,
+                   numpy_arrays: bool = False) -> tuple[bool, str]:
     """Task: ``(ok, message)`` for one call-based test. With TACO-style outputs (JSON values,
-    not strings) ``expected[0]`` is accepted too, as TACO's checker does."""
+    not strings) ``expected[0]`` is accepted too, as TACO's checker does. ``numpy_arrays``:
+    one-element numpy arrays compare as LiveCodeBench's judge compares them
+    (:func:`_encoded_equal`)."""
     try:
         msg = json.loads(blob)
         got = _as_list(msg["v"])
     except (ValueError, TypeError, KeyError, RecursionError):
         return False, "unreadable return value"
-    if _encoded_equal(got, expected):
+    if _encoded_equal(got, expected, numpy_arrays):
         return True, ""
-    if taco and type(expected) is list and expected and _encoded_equal(got, expected[0]):
+    if (taco and type(expected) is list and expected
+            and _encoded_equal(got, expected[0], numpy_arrays)):
         return True, ""
     return False, f"wrong answer (expected {short(expected)}, got {describe_encoded(got)})"
 
@@ -292,6 +310,8 @@ def _describe_tagged(x: dict, stack: list, w: _Writer) -> None:
         w.put(f"{tag}({val[: w.left + 1]!r})")
     elif tag == "complex" and type(val) is list and len(val) == 2:
         w.put(f"complex({short(val[0], 20)}, {short(val[1], 20)})")
+    elif tag == "np1":
+        w.put(f"array([{describe_encoded(val, 40)}])")
     elif tag in ("obj", "ref", "opaque"):
         w.put(f"<{str(x.get('t', 'object'))[:40]} object>")
     else:

@@ -8,14 +8,18 @@ limit, the profile's is generous, and configurable per item).
 - ``default``: this project's rules (the verifier's docstrings; a 6 s test limit, a whole-sample
   budget of min(6n + 3, 60) s, 1 GiB, the last python block after the last ``</think>``,
   ``\\boxed{}`` required for math).
-- ``lcb``: LiveCodeBench's judge (LiveCodeBench/LiveCodeBench, ``lcb_runner/evaluation/
-  testing_util.py``, ``import_string`` and ``grade_stdio``/``grade_call_based`` at 15808c7;
-  ``compute_code_generation_metrics.py`` ``check_correctness`` for the sample budget;
-  ``lcb_runner/utils/extraction_utils.py`` ``extract_code`` for the code block).
-- ``skywork``: the released Skywork-OR1 reward (SkyworkAI/Skywork-OR1,
-  ``verl/utils/reward_score/livecodebench/compute_score.py`` at 849b51b: ``IMPORT_PROMPT``,
+- ``lcb``: LiveCodeBench's judge (LiveCodeBench/LiveCodeBench at 28fef95:
+  ``lcb_runner/evaluation/testing_util.py``, ``import_string`` and ``grade_stdio``/
+  ``grade_call_based``; ``lcb_runner/evaluation/compute_code_generation_metrics.py``,
+  ``sys.set_int_max_str_digits(50000)`` and ``check_correctness`` for the sample budget, and
+  ``evaluate_generations_by_problem`` for numpy results; ``lcb_runner/utils/
+  extraction_utils.py`` ``extract_code`` for the code block).
+- ``skywork``: the released Skywork-OR1 reward (SkyworkAI/Skywork-OR1 at 64e96af:
+  ``verl/utils/reward_score/livecodebench/compute_score.py``, ``IMPORT_PROMPT``,
   ``math_verify_reward_function``, the 2 s units of assert and LeetCode tests; stdin and
-  functional problems go through LiveCodeBench's judge, so they follow ``lcb``).
+  functional problems go through its bundled copy of LiveCodeBench's judge,
+  ``livecodebench/lcb_runner/evaluation/``, so they follow ``lcb``, with its
+  ``check_correctness``'s min((6 + 1) n + 5, 300) s and 50 GB).
 
 The rules are data here; ``verifier/code_score.py``, the harness and ``verifier/math_score.py``
 apply them. README.md has the side-by-side table.
@@ -59,10 +63,13 @@ class Profile:
     name: str
     # -- code ---------------------------------------------------------------------------------
     preamble: str = ""
-    """Source run in the program's namespace before the program (stdin, call-based and
-    LeetCode-style programs)."""
+    """Source run in the program's namespace before the program (stdin and call-based
+    programs)."""
     assert_preamble: str = ""
     """Source run before a program judged by assert cases."""
+    leetcode_preamble: str = ""
+    """Source run before a program judged by LeetCode-format units (``import_prefix``,
+    ``test_code``, ``entry_point``), before the row's own ``import_prefix``."""
     int_max_str_digits: int | None = None
     """``sys.set_int_max_str_digits`` for the program (None: Python's default, 4,300)."""
     stdio_exit_ok: bool = False
@@ -97,7 +104,9 @@ PROFILE_TABLE: dict[str, Profile] = {
     "lcb": Profile(
         "lcb",
         preamble=LCB_PREAMBLE,
+        # LiveCodeBench has no assert or LeetCode-format tests: its environment is kept.
         assert_preamble=LCB_PREAMBLE,
+        leetcode_preamble=LCB_PREAMBLE,
         int_max_str_digits=50_000,
         stdio_exit_ok=True,
         test_timeout_s=6.0,
@@ -110,6 +119,9 @@ PROFILE_TABLE: dict[str, Profile] = {
         "skywork",
         preamble=LCB_PREAMBLE,
         assert_preamble=SKYWORK_ASSERT_PREAMBLE,
+        # LeetCode-format units get the row's import_prefix alone (compute_score.py, the
+        # ``import_prefix`` branch: no IMPORT_PROMPT, no recursion limit).
+        leetcode_preamble="",
         int_max_str_digits=50_000,
         stdio_exit_ok=True,
         test_timeout_s=6.0,

@@ -12,7 +12,8 @@ nothing imported at all: it runs on the sandbox's Python at every jail's start-u
 # JSON values stand for themselves (lists are lists); everything else is an object with a "$"
 # tag: tuple, dict (as key/value pairs), set, frozenset, bytes, bytearray, complex, deque, big
 # int (hex), obj (an entry of the object table, for instances of the shared classes: attributes
-# only, so cycles and long linked lists are fine), ref (a remote handle), opaque (not data).
+# only, so cycles and long linked lists are fine), ref (a remote handle), opaque (not data),
+# np1 (a one-element numpy array returned by a call-based program, holding its element).
 
 _MAX_DEPTH = 400
 
@@ -69,9 +70,19 @@ class Encoder:
             return {"$": "complex", "v": [v.real, v.imag]}
         if t.__name__ in self.known and hasattr(v, "__dict__") and not isinstance(v, type):
             return {"$": "obj", "i": self._add_obj(v)}
+        if (self.handle is None and t.__module__ == "numpy" and t.__name__ == "ndarray"
+                and getattr(v, "ndim", 0) > 0 and getattr(v, "size", None) == 1):
+            # A one-element array returned by a call-based program: LiveCodeBench compares the
+            # result with == and reads the one-element boolean array that gives
+            # (LiveCodeBench/LiveCodeBench at 28fef95, compute_code_generation_metrics.py,
+            # evaluate_generations_by_problem: ndarray results read with .item(0)), so the
+            # array equals any expected value that holds exactly one element equal to its own.
+            # The judge applies that rule only under a profile with numpy (numpy_arrays).
+            return {"$": "np1", "v": self.value(v.item(), depth + 1)}
         if t.__module__ == "numpy" and getattr(v, "ndim", None) == 0 and hasattr(v, "item"):
             # A numpy scalar stands for its plain value (np.int64(5) == 5, as LiveCodeBench's
-            # judge compares); arrays stay opaque (their == is elementwise: never a pass there).
+            # judge compares); larger arrays stay opaque (== is elementwise, and the truth of a
+            # many-element result raises there: never a pass).
             return self.value(v.item(), depth + 1)
         # Subclasses of plain types are sent as their plain value.
         if isinstance(v, bool):
