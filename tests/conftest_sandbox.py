@@ -36,9 +36,42 @@ def refuse_sandbox(reason: str):
     return create
 
 
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process on the host (/proc/PID/stat)."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after
+        # its LAST closing parenthesis.
+        out[int(d)] = int(stat[stat.rindex(b")") + 2:].split()[1])
+    return out
+
+
+def _ours(pid: int, parents: dict[int, int], me: int) -> bool:
+    """``pid`` descends from this test process, or is an orphan (re-parented to init), which
+    could be a jail's escapee. Sandboxed processes of another test suite on the same machine
+    (same uid) descend from that suite and are not ours to count."""
+    if parents.get(pid) in (0, 1):
+        return True
+    seen: set[int] = set()
+    while pid in parents and pid not in seen:
+        seen.add(pid)
+        pid = parents[pid]
+        if pid == me:
+            return True
+    return False
+
+
 def sandbox_pids() -> set[int]:
-    """Processes on the host running as the sandbox's uid."""
-    pids = set()
+    """Processes on the host running as the sandbox's uid that this test process started
+    (directly, through nsjail, or through a verifier it runs), or that were orphaned."""
+    uids = set()
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -47,11 +80,12 @@ def sandbox_pids() -> set[int]:
                 for line in f:
                     if line.startswith("Uid:"):
                         if int(line.split()[1]) == SANDBOX_UID:
-                            pids.add(int(d))
+                            uids.add(int(d))
                         break
         except OSError:
             continue
-    return pids
+    parents, me = _parents(), os.getpid()
+    return {p for p in uids if _ours(p, parents, me)}
 
 
 def assert_no_leftovers(baseline: set[int], timeout: float = 3.0) -> None:

@@ -26,12 +26,15 @@ from tests.conftest_sandbox import (  # noqa: F401
     SUM_GT,
     SUM_OK,
     after_attack,
+    assert_no_leftovers,
     nsjail_sandbox,
     respond,
+    sandbox_pids,
 )
 from verifier.client import VerifierClient
 from verifier.code_score import score_code
 from verifier.items import PROFILES, Item, Limits, Status
+from verifier.math_score import quick_verdict
 from verifier.profiles import get_profile
 from verifier.scoring import Scorer, ScoringConfig
 
@@ -64,13 +67,16 @@ def _judging_profile(profile_name):
     PROFILE = get_profile("default")
 
 
-def judged(sb, code, gt, **limits):
+def judged(sb, code, gt, max_s=60, **limits):
     """Score ``code`` under the test's profile; the verdict must be the program's own and not
-    CORRECT."""
+    CORRECT, within ``max_s`` (generous: a bound for a loaded machine, far below the findings'
+    30 s to 12 minutes)."""
     limits.setdefault("test_timeout_s", 3)
+    t = time.monotonic()
     o = score_code(respond(code), gt, Limits(**limits), sb, profile=PROFILE)
     assert o.status is not Status.CORRECT, o
     assert o.status not in UNJUDGED, o
+    assert time.monotonic() - t < max_s, (o, time.monotonic() - t)
     return o
 
 
@@ -139,31 +145,33 @@ class Solution:
 """
 
 
+SECRET_ASSERTS = {
+    "assert_case": [
+        "assert secret(3) == 91872364",
+        "assert secret(4) == 1234567",
+        "assert secret(5) == 7654321",
+        "assert secret(6) == 42424242",
+    ]
+}
+SECRET_LEETCODE = {
+    "import_prefix": "",
+    "test_code": (
+        "def check(candidate):\n"
+        "    assert candidate(x=3) == 918723\n"
+        "    assert candidate(x=4) == 111\n"
+        "    assert candidate(x=5) == 222\n"
+    ),
+    "entry_point": "Solution().secret",
+}
+
+
 def test_assert_tests_hold_no_expected_value_in_reach(after_attack):
-    gt = {
-        "assert_case": [
-            "assert secret(3) == 91872364",
-            "assert secret(4) == 1234567",
-            "assert secret(5) == 7654321",
-            "assert secret(6) == 42424242",
-        ]
-    }
-    o = judged(after_attack, HARVEST, gt, run_all_tests=True)
+    o = judged(after_attack, HARVEST, SECRET_ASSERTS, run_all_tests=True)
     assert o.status is Status.INCORRECT and o.passed == 0
 
 
 def test_leetcode_tests_hold_no_expected_value_in_reach(after_attack):
-    gt = {
-        "import_prefix": "",
-        "test_code": (
-            "def check(candidate):\n"
-            "    assert candidate(x=3) == 918723\n"
-            "    assert candidate(x=4) == 111\n"
-            "    assert candidate(x=5) == 222\n"
-        ),
-        "entry_point": "Solution().secret",
-    }
-    o = judged(after_attack, HARVEST, gt, run_all_tests=True)
+    o = judged(after_attack, HARVEST, SECRET_LEETCODE, run_all_tests=True)
     assert o.status is Status.INCORRECT and o.passed == 0
 
 
@@ -208,8 +216,10 @@ def code_item(item_id, code, gt, **limits):
 
 def under_attack(addr, attack_items, probe_s=0.25):
     """Score ``attack_items`` while probing the server's health every ``probe_s`` (each probe
-    must answer within 2 s) and scoring a neighbour's normal item. Returns (results, neighbour
-    result, failed probes, probes, seconds the attack took)."""
+    must answer within 2 s) and scoring a neighbour's normal item. Checks that the neighbour is
+    judged CORRECT and that no process of the sandbox's uid is left behind. Returns (results,
+    neighbour result, failed probes, probes, seconds the attack took)."""
+    baseline = sandbox_pids()
     stop = threading.Event()
     failed, probes = [], [0]
     neighbour: list = []
@@ -247,6 +257,7 @@ def under_attack(addr, attack_items, probe_s=0.25):
         stop.set()
         threads[0].join(timeout=10)
     assert neighbour and neighbour[0].status is Status.CORRECT, neighbour
+    assert_no_leftovers(baseline, timeout=10.0)
     return results, neighbour[0], failed, probes[0], elapsed
 
 
@@ -317,12 +328,61 @@ def test_code_block_extraction_is_linear():
     assert time.monotonic() - t < 5
 
 
+# The same class in the math path: the quick verdict runs on the server's thread, so the answer
+# extraction and normalisation must be linear too. Each of these 1,000,000-character responses
+# held that thread: "\\fbox $" repeated for 3 s (a copy of the rest of the response per box),
+# "^" and a run of spaces for hours (quadratic backtracking in the degree-sign pattern: 6.5 s
+# at 32,000 spaces).
+DEGENERATE_MATH = {
+    "fbox": "\\fbox $" * 142_857,
+    "degree": "\\boxed{^" + " " * 999_990 + "x}",
+    "degree-braces": "\\boxed{" + "^{ " * 333_330 + "x}",
+    "spaced-carets": "\\boxed{" + "^ " * 499_990 + "x}",
+}
+
+
+def test_math_answer_extraction_is_linear():
+    t = time.monotonic()
+    for response in DEGENERATE_MATH.values():
+        quick_verdict(response, "5")
+    assert time.monotonic() - t < 10
+
+
+def test_degenerate_math_response_cannot_freeze_the_server(verifier_process):
+    items = [
+        {"id": k, "domain": "math", "response": v, "ground_truth": "5"}
+        for k, v in DEGENERATE_MATH.items()
+    ]
+    results, _, failed, probes, elapsed = under_attack(verifier_process, items)
+    for r in results:
+        assert r.status in (Status.NO_ANSWER, Status.INCORRECT), r
+    assert not failed, f"{len(failed)} of {probes} health checks failed: {failed[:3]}"
+    assert elapsed < 30
+
+
 # -- 4. a program can only fail as itself ----------------------------------------------------
 
 
+GARBAGE_ANSWER = WRITE_ANSWER + "def f(x):\n    _send(b'\\x00\\x00\\x00\\x05{{{{{')\n    return 1\n"
+OVER_CAP_ANSWER = WRITE_ANSWER + "def f(x):\n    _send(b'\\xff\\xff\\xff\\xff')\n    return 1\n"
+DEEP_JSON_ANSWER = WRITE_ANSWER + (
+    "def f(x):\n"
+    "    body = b'{\"v\": ' + b'[' * 100000 + b']' * 100000 + b', \"objs\": []}'\n"
+    "    _send(len(body).to_bytes(4, 'big') + body)\n"
+    "    return 1\n"
+)
+HUGE_INT = "def f(x):\n    return 3 ** 20000\n"
+FORGED_PREFIX = WRITE_ANSWER + (
+    "import json\n"
+    "msg = json.dumps({'fatal': 'import_prefix failed: forged', 'phase': 'prefix'}).encode()\n"
+    "_send(len(msg).to_bytes(4, 'big') + msg)\n"
+    "import os; os._exit(0)\n"
+)
+ONE_ASSERT = {"assert_case": ["assert f(1) == 1"]}
+
+
 def test_garbage_on_the_answer_pipe_is_the_programs_failure(after_attack):
-    code = WRITE_ANSWER + "def f(x):\n    _send(b'\\x00\\x00\\x00\\x05{{{{{')\n    return 1\n"
-    o = judged(after_attack, code, call_gt())
+    o = judged(after_attack, GARBAGE_ANSWER, call_gt())
     assert o.status is Status.RUNTIME_ERROR and "malformed" in o.detail
     code = WRITE_ANSWER + "def f(x):\n    _send(b'\\x00\\x00\\x00\\x02[]')\n    return 1\n"
     o = judged(after_attack, code, call_gt())  # valid JSON, not a message
@@ -330,46 +390,35 @@ def test_garbage_on_the_answer_pipe_is_the_programs_failure(after_attack):
 
 
 def test_over_cap_length_prefix_is_the_programs_failure(after_attack):
-    code = WRITE_ANSWER + "def f(x):\n    _send(b'\\xff\\xff\\xff\\xff')\n    return 1\n"
-    o = judged(after_attack, code, call_gt())
+    o = judged(after_attack, OVER_CAP_ANSWER, call_gt())
     assert o.status is Status.RUNTIME_ERROR and "malformed" in o.detail
     # The same onto the evaluator's channel in assert mode.
-    o = judged(after_attack, code, {"assert_case": ["assert f(1) == 1"]})
+    o = judged(after_attack, OVER_CAP_ANSWER, ONE_ASSERT)
     assert o.status is Status.RUNTIME_ERROR and "malformed" in o.detail
 
 
 def test_deeply_nested_json_answer_is_the_programs_failure(after_attack):
-    code = WRITE_ANSWER + (
-        "def f(x):\n"
-        "    body = b'{\"v\": ' + b'[' * 100000 + b']' * 100000 + b', \"objs\": []}'\n"
-        "    _send(len(body).to_bytes(4, 'big') + body)\n"
-        "    return 1\n"
-    )
-    o = judged(after_attack, code, call_gt())
+    o = judged(after_attack, DEEP_JSON_ANSWER, call_gt())
     assert o.status is Status.RUNTIME_ERROR and "malformed" in o.detail
 
 
 def test_huge_integer_return_is_a_wrong_answer(after_attack):
     """3 ** 20000 has 9,543 digits: past Python's 4,300-digit limit for printing it."""
-    o = judged(after_attack, "def f(x):\n    return 3 ** 20000\n", call_gt())
+    o = judged(after_attack, HUGE_INT, call_gt())
     assert o.status is Status.INCORRECT and "integer of about 9543 digits" in o.detail
 
 
+FORGED_PREFIX_LEETCODE = {
+    "import_prefix": "import math",
+    "test_code": "def check(candidate):\n    assert candidate(1) == 1\n",
+    "entry_point": "Solution().f",
+}
+
+
 def test_forged_prefix_failure_is_the_programs_failure(after_attack):
-    code = WRITE_ANSWER + (
-        "import json\n"
-        "msg = json.dumps({'fatal': 'import_prefix failed: forged', 'phase': 'prefix'}).encode()\n"
-        "_send(len(msg).to_bytes(4, 'big') + msg)\n"
-        "import os; os._exit(0)\n"
-    )
-    o = judged(after_attack, code, {"assert_case": ["assert f(1) == 1"]})
+    o = judged(after_attack, FORGED_PREFIX, ONE_ASSERT)
     assert o.status is Status.COMPILE_ERROR, o
-    leet = {
-        "import_prefix": "import math",
-        "test_code": "def check(candidate):\n    assert candidate(1) == 1\n",
-        "entry_point": "Solution().f",
-    }
-    o = judged(after_attack, code, leet)
+    o = judged(after_attack, FORGED_PREFIX, FORGED_PREFIX_LEETCODE)
     assert o.status is Status.COMPILE_ERROR, o
 
 
@@ -397,23 +446,25 @@ def test_test_code_calling_a_failing_program_is_the_programs_failure(after_attac
     assert o.status is Status.RUNTIME_ERROR and "ValueError" in o.detail
 
 
+THREE_ASSERTS = {"assert_case": ["assert f(1) == 1", "assert f(2) == 2", "assert f(3) == 3"]}
+HARNESS_DELETE = (
+    "import os\n"
+    "for name in os.listdir('/tmp'):\n"
+    "    p = os.path.join('/tmp', name)\n"
+    "    for op in (os.remove, lambda p: os.rename(p, p + '.x'), lambda p: open(p, 'wb').write(b'x')):\n"
+    "        try:\n"
+    "            op(p)\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "def f(x):\n"
+    "    os._exit(3)\n"
+)
+
+
 def test_deleting_the_harness_cannot_break_the_next_program_process(after_attack):
     """Assert tests start a fresh interpreter for each program process, from the harness file
     in the scratch directory: the program cannot remove or replace it."""
-    code = (
-        "import os\n"
-        "for name in os.listdir('/tmp'):\n"
-        "    p = os.path.join('/tmp', name)\n"
-        "    for op in (os.remove, lambda p: os.rename(p, p + '.x'), lambda p: open(p, 'wb').write(b'x')):\n"
-        "        try:\n"
-        "            op(p)\n"
-        "        except OSError:\n"
-        "            pass\n"
-        "def f(x):\n"
-        "    os._exit(3)\n"
-    )
-    gt = {"assert_case": ["assert f(1) == 1", "assert f(2) == 2", "assert f(3) == 3"]}
-    o = judged(after_attack, code, gt, run_all_tests=True)
+    o = judged(after_attack, HARNESS_DELETE, THREE_ASSERTS, run_all_tests=True)
     assert o.status is Status.RUNTIME_ERROR and (o.passed, o.total) == (0, 3)
 
 
@@ -448,6 +499,7 @@ def test_inotify_is_denied_and_the_hosts_quota_untouched(nsjail_sandbox):
         "libc = ctypes.CDLL(None, use_errno=True)\n"
         "fds = [libc.inotify_init1(0) for _ in range(200)]\n"
         "print(sum(fd >= 0 for fd in fds), ctypes.get_errno())\n"
+        "print(libc.fanotify_init(0, 0), ctypes.get_errno())\n"  # FAN_CLASS_NOTIF: unprivileged since 5.13
         "import time; time.sleep(0.5)\n"
     )
     stop = threading.Event()
@@ -470,7 +522,7 @@ def test_inotify_is_denied_and_the_hosts_quota_untouched(nsjail_sandbox):
     finally:
         stop.set()
         t.join()
-    assert out == ["0", "38"]  # ENOSYS, not one instance
+    assert out == ["0", "38", "-1", "38"]  # ENOSYS, not one instance; fanotify alike
     assert not host_errors
 
 
@@ -491,47 +543,140 @@ def test_message_queue_memlock_and_signal_limits_are_in_force(nsjail_sandbox):
     assert o.status is Status.CORRECT, o
 
 
+# Four processes: three hold 29 pipes each grown to 1 MiB (87 x 256 pages: past the default
+# fs.pipe-user-pages-soft of 16,384), one holds descriptors in flight on a unix socket (past
+# its RLIMIT_NOFILE of 64, the kernel's bound on in-flight descriptors per user).
+QUOTA_HOG = """
+import os, socket, fcntl, time
+for k in range(4):
+    if os.fork() == 0:
+        break
+else:
+    time.sleep(12)
+    os._exit(0)
+held = []
+if k < 3:
+    for i in range(29):
+        r, w = os.pipe()
+        try:
+            fcntl.fcntl(w, 1031, 1 << 20)  # F_SETPIPE_SZ; EPERM once the user is over its limit
+        except OSError:
+            pass
+        held += [r, w]
+else:
+    a, b = socket.socketpair()
+    try:
+        for i in range(40):  # until the kernel refuses: more than RLIMIT_NOFILE in flight
+            r, w = os.pipe()
+            socket.send_fds(a, [b"x"], [r, w])
+            os.close(r); os.close(w)
+    except OSError:
+        pass
+print("ready", flush=True)
+time.sleep(10)
+"""
+QUOTA_VICTIM = """
+import os, socket, fcntl
+r, w = os.pipe()
+print(fcntl.fcntl(w, 1032))  # F_GETPIPE_SZ: 65536 unless the user is over its soft limit
+a, b = socket.socketpair()
+try:
+    socket.send_fds(a, [b"x"], [r])
+    print("sent")
+except OSError as e:
+    print("errno", e.errno)  # ETOOMANYREFS: the user has too many descriptors in flight
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="not closed: pipe buffer pages and in-flight descriptors are counted per user of the "
+    "outside uid (the kernel's user_struct), and every jail runs as 65534 outside; closing it "
+    "needs an outside uid per concurrent jail (sandbox/README.md, 'Not promised')",
+)
+def test_pipe_and_fd_passing_quotas_are_not_shared_between_jails(nsjail_sandbox):
+    seen = bytearray()
+    ready = threading.Event()
+
+    def on_stdout(chunk: bytes):
+        seen.extend(chunk)
+        if seen.count(b"ready") == 4:
+            ready.set()
+        return True
+
+    hog = threading.Thread(target=lambda: nsjail_sandbox.run(
+        [nsjail_sandbox.python, "-I", "-S", "-c", QUOTA_HOG],
+        limits=SandboxLimits(wall_s=30, cpu_s=10), on_stdout=on_stdout))
+    hog.start()
+    try:
+        assert ready.wait(20), bytes(seen)
+        got = jail(nsjail_sandbox, QUOTA_VICTIM).split("\n")
+    finally:
+        hog.join()
+    assert got[:2] == ["65536", "sent"], got
+
+
+INODE_FLOOD = "i = 0\nwhile True:\n    open(f'/tmp/e{i}', 'w').close()\n    i += 1\n"
+ZERO = {"inputs": ["\n"], "outputs": ["0\n"]}
+
+
 def test_many_empty_files_hit_the_scratch_inode_cap(after_attack):
-    code = (
-        "i = 0\n"
-        "while True:\n"
-        "    open(f'/tmp/e{i}', 'w').close()\n"
-        "    i += 1\n"
-    )
-    o = judged(after_attack, code, {"inputs": ["\n"], "outputs": ["0\n"]}, test_timeout_s=10)
+    o = judged(after_attack, INODE_FLOOD, ZERO, test_timeout_s=10)
     assert o.status is Status.RUNTIME_ERROR and "No space left" in o.detail
 
 
 # -- 7. and 8.: raising always fails ---------------------------------------------------------
 
 
+SNEAKY_STR = (
+    "import os\n"
+    "class Sneaky(Exception):\n"
+    "    def __str__(self):\n"
+    "        os._exit(0)\n"
+    "    __repr__ = __str__\n"
+    "raise Sneaky()\n"
+)
+
+
 def test_exception_whose_str_exits_zero_still_fails(after_attack):
-    code = (
-        "import os\n"
-        "class Sneaky(Exception):\n"
-        "    def __str__(self):\n"
-        "        os._exit(0)\n"
-        "    __repr__ = __str__\n"
-        "raise Sneaky()\n"
-    )
-    o = judged(after_attack, code, EMPTY)
+    o = judged(after_attack, SNEAKY_STR, EMPTY)
     assert o.status is Status.RUNTIME_ERROR
+
+
+PATCHED_EXIT = (
+    "import os, sys\n"
+    "real_exit = os._exit\n"
+    "os.write = lambda fd, data: len(data)\n"
+    "os._exit = lambda code: real_exit(0)\n"
+    "sys.exit = lambda *a: real_exit(0)\n"
+    "main = sys.modules['__main__']\n"  # the harness's own globals
+    "for name in ('BaseException', 'SystemExit', 'MemoryError', 'type', 'int', 'finish_like_interpreter'):\n"
+    "    setattr(main, name, lambda *a, **k: real_exit(0))\n"
+    "raise ValueError('boom')\n"
+)
 
 
 def test_patched_os_write_and_exit_cannot_hide_an_exception(after_attack):
-    code = (
+    o = judged(after_attack, PATCHED_EXIT, EMPTY)
+    assert o.status is Status.RUNTIME_ERROR
+
+
+def trace_attack(install: str) -> str:
+    """A program that installs a hook (``install``) meant to rewrite the harness's locals or
+    exit 0 when its exception is raised, then raises."""
+    return (
         "import os, sys\n"
-        "real_exit = os._exit\n"
-        "os.write = lambda fd, data: len(data)\n"
-        "os._exit = lambda code: real_exit(0)\n"
-        "sys.exit = lambda *a: real_exit(0)\n"
-        "main = sys.modules['__main__']\n"  # the harness's own globals
-        "for name in ('BaseException', 'SystemExit', 'MemoryError', 'type', 'int', 'finish_like_interpreter'):\n"
-        "    setattr(main, name, lambda *a, **k: real_exit(0))\n"
+        "def hook(frame, event, arg):\n"
+        "    if event == 'exception':\n"
+        "        os._exit(0)\n"
+        "    frame.f_locals['marker'] = b''\n"
+        "    return hook\n"
+        "try:\n"
+        f"    {install}\n"
+        "except RuntimeError as e:\n"
+        "    print('refused', e, file=sys.stderr)\n"
         "raise ValueError('boom')\n"
     )
-    o = judged(after_attack, code, EMPTY)
-    assert o.status is Status.RUNTIME_ERROR
 
 
 def test_trace_and_profile_hooks_are_refused(after_attack):
@@ -541,45 +686,37 @@ def test_trace_and_profile_hooks_are_refused(after_attack):
         "sys._getframe().f_back.f_trace = hook; sys.settrace(hook)",
         "import threading; threading.settrace(hook); threading.Thread(target=lambda: 1).start()",
     ):
-        code = (
-            "import os, sys\n"
-            "def hook(frame, event, arg):\n"
-            "    if event == 'exception':\n"
-            "        os._exit(0)\n"
-            "    frame.f_locals['marker'] = b''\n"
-            "    return hook\n"
-            "try:\n"
-            f"    {install}\n"
-            "except RuntimeError as e:\n"
-            "    print('refused', e, file=sys.stderr)\n"
-            "raise ValueError('boom')\n"
-        )
-        o = judged(after_attack, code, EMPTY)
+        o = judged(after_attack, trace_attack(install), EMPTY)
         assert o.status is Status.RUNTIME_ERROR, (install, o)
+
+
+CTYPES_MEMMOVE = (
+    "import os\n"
+    "import _ctypes\n"
+    "class P(_ctypes._SimpleCData):\n"
+    "    _type_ = 'P'\n"
+    "class F(_ctypes.CFuncPtr):\n"
+    "    _flags_ = _ctypes.FUNCFLAG_CDECL\n"
+    "    _restype_ = P\n"
+    "    _argtypes_ = (P, P, P)\n"
+    "F(_ctypes._memmove_addr)(id(1), id(2), 1)\n"
+    "raise ValueError('boom')\n"
+)
 
 
 def test_ctypes_c_module_cannot_write_memory(after_attack):
     """ctypes' C module alone makes a callable from memmove's address (no audit event for the
     call): importing it is refused, as if it were not installed."""
-    code = (
-        "import os\n"
-        "import _ctypes\n"
-        "class P(_ctypes._SimpleCData):\n"
-        "    _type_ = 'P'\n"
-        "class F(_ctypes.CFuncPtr):\n"
-        "    _flags_ = _ctypes.FUNCFLAG_CDECL\n"
-        "    _restype_ = P\n"
-        "    _argtypes_ = (P, P, P)\n"
-        "F(_ctypes._memmove_addr)(id(1), id(2), 1)\n"
-        "raise ValueError('boom')\n"
-    )
-    o = judged(after_attack, code, EMPTY)
+    o = judged(after_attack, CTYPES_MEMMOVE, EMPTY)
     assert o.status is Status.RUNTIME_ERROR and "_ctypes is not available" in o.detail
 
 
+STOP_ITERATION = "def f(x):\n    raise StopIteration\n"
+ALL_MAP = {"assert_case": ["assert all(map(f, [1, 2, 3]))"]}
+
+
 def test_stop_iteration_from_the_tested_function_fails_the_assert(after_attack):
-    code = "def f(x):\n    raise StopIteration\n"
-    o = judged(after_attack, code, {"assert_case": ["assert all(map(f, [1, 2, 3]))"]})
+    o = judged(after_attack, STOP_ITERATION, ALL_MAP)
     assert o.status is Status.RUNTIME_ERROR and "StopIteration" in o.detail
     leet = {
         "import_prefix": "",
@@ -594,21 +731,23 @@ def test_stop_iteration_from_the_tested_function_fails_the_assert(after_attack):
 # -- 9. the LeetCode restart loop -------------------------------------------------------------
 
 
+DIES_BETWEEN = {
+    "import_prefix": "",
+    "test_code": (
+        "def check(candidate):\n"
+        "    assert candidate(1) == 1\n"
+        "    x = candidate(2)\n"  # outside any assert: prepares the second
+        "    assert x == 2\n"
+        "    assert candidate(3) == 3\n"
+    ),
+    "entry_point": "Solution().f",
+}
+DIES_AT_2 = "import os\nclass Solution:\n    def f(self, x):\n        if x == 2:\n            os._exit(1)\n        return x\n"
+
+
 def test_leetcode_program_dying_between_asserts_fails_only_the_next_assert(after_attack):
-    gt = {
-        "import_prefix": "",
-        "test_code": (
-            "def check(candidate):\n"
-            "    assert candidate(1) == 1\n"
-            "    x = candidate(2)\n"  # outside any assert: prepares the second
-            "    assert x == 2\n"
-            "    assert candidate(3) == 3\n"
-        ),
-        "entry_point": "Solution().f",
-    }
-    code = "import os\nclass Solution:\n    def f(self, x):\n        if x == 2:\n            os._exit(1)\n        return x\n"
     t = time.monotonic()
-    o = judged(after_attack, code, gt, run_all_tests=True, reward_mode="fractional")
+    o = judged(after_attack, DIES_AT_2, DIES_BETWEEN, run_all_tests=True, reward_mode="fractional")
     assert o.status is Status.RUNTIME_ERROR and "test 2/3" in o.detail, o
     assert (o.passed, o.total) == (2, 3)
     assert time.monotonic() - t < 10
@@ -617,11 +756,13 @@ def test_leetcode_program_dying_between_asserts_fails_only_the_next_assert(after
 # -- 11. the small ones ------------------------------------------------------------------------
 
 
+DEEP_TUPLE = "def f(x):\n    v = 1\n    for _ in range(390):\n        v = (v,)\n    return v\n"
+
+
 def test_deeply_nested_tuple_return_is_a_wrong_answer(after_attack):
-    code = "def f(x):\n    v = 1\n    for _ in range(390):\n        v = (v,)\n    return v\n"
-    o = judged(after_attack, code, call_gt())
+    o = judged(after_attack, DEEP_TUPLE, call_gt())
     assert o.status is Status.INCORRECT
-    o = judged(after_attack, code, {"assert_case": ["assert f(1) == 1"]})
+    o = judged(after_attack, DEEP_TUPLE, ONE_ASSERT)
     assert o.status in (Status.INCORRECT, Status.RUNTIME_ERROR)
 
 
@@ -635,6 +776,65 @@ def test_per_item_limits_have_server_side_maximums():
         assert r.status is Status.INVALID_INPUT and "60 s" in r.detail
         (r,) = s.score([Item("ok", "code", respond(SUM_OK), SUM_GT, limits=Limits(memory_mb=2048))])
         assert r.status is Status.CORRECT
+        # NaN passes every comparison, the "> maximum" one included: it used to reach the
+        # sandbox and the math pool as a deadline (SANDBOX_ERROR, INTERNAL_ERROR). A double on
+        # the wire and JSON's NaN both carry it.
+        for domain, gt in (("code", SUM_GT), ("math", "5")):
+            for name in ("timeout_s", "test_timeout_s"):
+                for bad in (float("nan"), float("inf")):
+                    item = Item("n", domain, respond(SUM_OK) + r"\boxed{5}", gt,
+                                limits=Limits(**{name: bad}))
+                    (r,) = s.score([item])
+                    assert r.status is Status.INVALID_INPUT and "finite" in r.detail, (name, r)
+
+
+# -- every finding above through the server ---------------------------------------------------
+
+VSOCK_ERRNO = (
+    "import socket\n"
+    "try:\n"
+    "    socket.socket(40, socket.SOCK_STREAM).close()\n"  # AF_VSOCK
+    "    print(0)\n"
+    "except OSError as e:\n"
+    "    print(e.errno)\n"
+)
+E = (Status.RUNTIME_ERROR,)
+# (id, program, ground truth, limits, the verdicts it may get): the programs of the findings
+# judged in-process above.
+REPLAY = [
+    ("1-asserts", HARVEST, SECRET_ASSERTS, {"run_all_tests": True}, (Status.INCORRECT,)),
+    ("1-leetcode", HARVEST, SECRET_LEETCODE, {"run_all_tests": True}, (Status.INCORRECT,)),
+    ("4-garbage", GARBAGE_ANSWER, call_gt(), {}, E),
+    ("4-over-cap", OVER_CAP_ANSWER, ONE_ASSERT, {}, E),
+    ("4-deep-json", DEEP_JSON_ANSWER, call_gt(), {}, E),
+    ("4-huge-int", HUGE_INT, call_gt(), {}, (Status.INCORRECT,)),
+    ("4-forged-prefix", FORGED_PREFIX, FORGED_PREFIX_LEETCODE, {}, (Status.COMPILE_ERROR,)),
+    ("4-harness-deleted", HARNESS_DELETE, THREE_ASSERTS, {"run_all_tests": True}, E),
+    ("5-vsock", VSOCK_ERRNO, {"inputs": [""], "outputs": ["97"]}, {}, (Status.CORRECT,)),
+    ("7-str-exits", SNEAKY_STR, EMPTY, {}, E),
+    ("7-patched-exit", PATCHED_EXIT, EMPTY, {}, E),
+    ("7-trace", trace_attack("sys.settrace(hook)"), EMPTY, {}, E),
+    ("7-ctypes", CTYPES_MEMMOVE, EMPTY, {}, E),
+    ("8-stop-iteration", STOP_ITERATION, ALL_MAP, {}, E),
+    ("9-dies-between", DIES_AT_2, DIES_BETWEEN, {"run_all_tests": True, "reward_mode": "fractional"}, E),
+    ("11-deep-tuple", DEEP_TUPLE, call_gt(), {}, (Status.INCORRECT,)),
+    ("11-inodes", INODE_FLOOD, ZERO, {"test_timeout_s": 10}, E),
+]
+
+
+def test_every_finding_through_the_server(verifier_process):
+    """The findings judged in-process above (1, 4, 5, 7, 8, 9, 11), all in one batch through a
+    real ``verifier serve --workers 2`` while its health is probed and a neighbour's item is
+    judged: each gets its own verdict, the server stays healthy, nothing is left behind."""
+    items = [code_item(name, code, gt, **{"test_timeout_s": 3, **lim})
+             for name, code, gt, lim, _ in REPLAY]
+    results, _, failed, probes, elapsed = under_attack(verifier_process, items)
+    by_id = {r.id: r for r in results}
+    for name, *_, allowed in REPLAY:
+        assert by_id[name].status in allowed, by_id[name]
+    assert (by_id["9-dies-between"].passed, by_id["9-dies-between"].total) == (2, 3)
+    assert not failed, f"{len(failed)} of {probes} health checks failed: {failed[:3]}"
+    assert elapsed < 120  # 17 items of at most a few seconds each, two at a time
 
 
 # -- calls without a deadline, from a non-Python client ---------------------------------------

@@ -7,13 +7,21 @@ import os
 import re
 import shutil
 import socket
+import subprocess
 import threading
+import time
 
 import pytest
 
 from sandbox import RunResult, Sandbox, SandboxLimits, SandboxUnavailable, create_sandbox
-from sandbox.nsjail import POLICY_FILE, NsjailSandbox
-from tests.conftest_sandbox import PROJECT_ROOT, assert_no_leftovers, nsjail_sandbox, sandbox_pids  # noqa: F401
+from sandbox.nsjail import POLICY_FILE, SANDBOX_UID, NsjailSandbox
+from tests.conftest_sandbox import (  # noqa: F401 (fixtures)
+    PROJECT_ROOT,
+    _ours,
+    assert_no_leftovers,
+    nsjail_sandbox,
+    sandbox_pids,
+)
 
 PY = "/usr/bin/python3"
 
@@ -343,3 +351,25 @@ def test_append_capped_never_buffers_past_the_cap():
     assert append_capped(buf, b"efg", 5) is True and buf == b"abcde"  # cut at the cap
     assert append_capped(buf, b"h", 5) is True and buf == b"abcde"
     assert append_capped(bytearray(), b"", 0) is False
+
+
+def test_leftover_check_sees_a_process_of_ours_and_an_orphan():
+    """The leftover check (tests/conftest_sandbox.py) counts only the sandbox uid's processes
+    this suite started, or orphans, so a second suite on the machine cannot fail it; it must
+    still see ours, or every 'nothing left behind' assertion would be vacuous."""
+    baseline = sandbox_pids()
+    child = subprocess.Popen(["sleep", "30"], user=SANDBOX_UID, group=SANDBOX_UID)
+    try:
+        deadline = time.monotonic() + 10
+        while child.pid not in sandbox_pids() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sandbox_pids() - baseline == {child.pid}
+        with pytest.raises(AssertionError, match="left behind"):
+            assert_no_leftovers(baseline, timeout=0.2)
+    finally:
+        child.kill()
+        child.wait()
+    assert_no_leftovers(baseline)
+    # The rule itself: 10 is ours through nsjail (11); 20 is an orphan; 30 is another suite's.
+    parents = {11: os.getpid(), 10: 11, 20: 1, 31: 1, 30: 31}
+    assert [_ours(p, parents, os.getpid()) for p in (10, 20, 30)] == [True, True, False]

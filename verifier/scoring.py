@@ -9,6 +9,7 @@ program's limits). One item's failure never touches another item's result.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
@@ -167,6 +168,14 @@ class Scorer:
         validation)."""
         for name in ("timeout_s", "test_timeout_s"):
             v = getattr(limits, name)
+            # NaN passes every comparison (the wire's "< 0" and the "> maximum" below alike):
+            # it reached the sandbox and the math pool as a deadline and came back as
+            # SANDBOX_ERROR / INTERNAL_ERROR, the verifier blamed for a bad item.
+            if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                return Outcome(
+                    Status.INVALID_INPUT,
+                    f"limits.{name}={v!r} must be a finite positive number of seconds",
+                )
             if v is not None and v > self.config.max_timeout_s:
                 return Outcome(
                     Status.INVALID_INPUT,
