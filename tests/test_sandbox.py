@@ -8,12 +8,13 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
-from sandbox import RunResult, Sandbox, SandboxLimits, SandboxUnavailable, create_sandbox
+from sandbox import RunResult, Sandbox, SandboxLimits, SandboxUnavailable, create_sandbox, uidpool
 from sandbox.nsjail import POLICY_FILE, SANDBOX_UID, NsjailSandbox
 from tests.conftest_sandbox import (  # noqa: F401 (fixtures)
     PROJECT_ROOT,
@@ -69,10 +70,17 @@ def test_bad_file_names_are_refused(nsjail_sandbox):
         assert r.status == "error", name
 
 
-def test_policy_is_one_versioned_file():
+def test_policy_is_one_versioned_file(nsjail_sandbox):
     text = POLICY_FILE.read_text()
-    assert "uidmap" in text and "clone_newnet: true" in text and "seccomp_string" in text
-    assert 'inside_id: "65534" outside_id: "65534"' in text
+    assert "clone_newnet: true" in text and "clone_newuser: true" in text
+    assert "seccomp_string" in text
+    # The identity is the one thing per run besides limits and binds: no uid map in the file
+    # (a second one from the command line would clash), exactly one of each on the command
+    # line, always inside:outside:1 (a bare `--user 65534` would map to root outside).
+    assert not re.search(r"^\s*(uidmap|gidmap)\b", text, re.MULTILINE)
+    cmd = nsjail_sandbox._command(["true"], SandboxLimits(), [], 1900000123)
+    assert [cmd[i + 1] for i, a in enumerate(cmd) if a in ("--user", "-u", "--group", "-g")] \
+        == ["65534:1900000123:1", "65534:1900000123:1"]
 
 
 def test_self_test_reports_mode(nsjail_sandbox):
@@ -373,3 +381,197 @@ def test_leftover_check_sees_a_process_of_ours_and_an_orphan():
     # The rule itself: 10 is ours through nsjail (11); 20 is an orphan; 30 is another suite's.
     parents = {11: os.getpid(), 10: 11, 20: 1, 31: 1, 30: 31}
     assert [_ours(p, parents, os.getpid()) for p in (10, 20, 30)] == [True, True, False]
+
+
+# -- an outside uid of its own per jail (sandbox/uidpool.py) --------------------------------
+
+
+def _private_uid(k: int) -> int:
+    """A uid outside the default pool that no other test suite on this host uses at the same
+    time (derived from our pid), for pools of one uid."""
+    return 1_900_500_000 + (os.getpid() % 100_000) * 8 + k
+
+
+def _uids_of_our_processes() -> dict[int, set[int]]:
+    """pool uid -> pids of processes of ours (descendants of this test) running as it."""
+    pool = uidpool.parse_spec(uidpool.DEFAULT_UIDS)
+    ours = sandbox_pids()
+    return {
+        uid: set(pids) & ours
+        for uid, pids in uidpool.uids_in_use(pool.base, pool.last).items()
+        if set(pids) & ours
+    }
+
+
+def test_concurrent_jails_get_different_outside_uids(nsjail_sandbox):
+    """Seen from the host: two jails running at once are two different pool uids (so the
+    kernel's per-user quotas are not shared), both 65534 inside; afterwards nothing of either
+    is left and the pool has them back."""
+    pool = nsjail_sandbox.uid_pool
+    assert pool is not None and "outside uid per jail" in nsjail_sandbox.describe()
+    baseline = sandbox_pids()
+    ready = [threading.Event(), threading.Event()]
+    stop = threading.Event()
+    results: list = [None, None]
+    # Prints until told to stop (a stopping hook), so both are surely running at once however
+    # slow the host is.
+    code = (
+        "import os, time\n"
+        "while True:\n    print('up', os.getuid(), flush=True)\n    time.sleep(0.2)\n"
+    )
+
+    def run(i):
+        def hook(chunk: bytes) -> bool:
+            if b"up 65534" in chunk:
+                ready[i].set()
+            return not stop.is_set()
+
+        results[i] = py(nsjail_sandbox, code, limits=SandboxLimits(wall_s=120, cpu_s=60),
+                        on_stdout=hook)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        assert ready[0].wait(60) and ready[1].wait(60), results
+        seen: dict[int, set[int]] = {}
+        deadline = time.monotonic() + 30
+        while len(seen) < 2 and time.monotonic() < deadline:
+            seen = _uids_of_our_processes()
+            time.sleep(0.05)
+        assert len(seen) == 2, seen
+        assert set(seen) <= pool.busy, (seen, pool.busy)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(120)
+    assert [r.status for r in results] == ["stopped", "stopped"], results
+    assert not (set(seen) & pool.busy)
+    assert_no_leftovers(baseline, timeout=30)
+
+
+def test_a_uid_is_not_handed_out_while_a_process_of_it_lives():
+    """A released uid whose process is still alive (a killed jail dying after its run
+    returned) is not handed out; once the process is gone, it is."""
+    uid = _private_uid(0)
+    pool = uidpool.UidPool(uidpool.UidRange(uid, 1))
+    try:
+        assert pool.acquire(30) == uid
+        leftover = subprocess.Popen(["sleep", "600"], user=uid, group=uid)
+        try:
+            pool.release(uid)
+            with pytest.raises(uidpool.PoolExhausted, match="no free sandbox uid"):
+                pool.acquire(0.5)
+        finally:
+            leftover.kill()
+            leftover.wait()
+        assert pool.acquire(30) == uid
+        # While it is busy, a second run waits, then fails with the reason.
+        with pytest.raises(uidpool.PoolExhausted, match="runs 1 jails"):
+            pool.acquire(0.3)
+        pool.release(uid)
+    finally:
+        pool.close()
+
+
+def test_a_uid_is_leased_by_one_process_at_a_time(tmp_path):
+    """Two processes (two verifiers on one host) never hand out the same uid: the lease is an
+    abstract unix socket, freed by the kernel when its holder dies."""
+    uid = _private_uid(1)
+    pool = uidpool.UidPool(uidpool.UidRange(uid, 1))
+    try:
+        assert pool.acquire(30) == uid
+        other = subprocess.run(
+            [sys.executable, "-c",
+             "import sys; from sandbox import uidpool\n"
+             f"p = uidpool.UidPool(uidpool.UidRange({uid}, 1))\n"
+             "try:\n    p.acquire(0.5)\n"
+             "except uidpool.PoolExhausted:\n    print('refused')\n"],
+            capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120)
+        assert other.stdout.strip() == "refused", other
+    finally:
+        pool.close()
+    other = subprocess.run(
+        [sys.executable, "-c",
+         "from sandbox import uidpool\n"
+         f"print(uidpool.UidPool(uidpool.UidRange({uid}, 1)).acquire(30))\n"],
+        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120)
+    assert other.stdout.strip() == str(uid), other
+
+
+def test_a_second_jail_waits_for_the_first_ones_uid():
+    """Through real jails, with a pool of one uid: the second run starts only after the first
+    one's run is over (and its processes gone), and both run as 65534 inside."""
+    uid = _private_uid(2)
+    sb = NsjailSandbox(uids=f"{uid}:1")
+    first_done = threading.Event()
+    order: list[str] = []
+    started = threading.Event()
+
+    def first():
+        def hook(chunk: bytes) -> bool:
+            started.set()
+            return True
+
+        r = py(sb, "import os, time\nprint(os.getuid(), flush=True)\ntime.sleep(2)\n",
+               limits=SandboxLimits(wall_s=120, cpu_s=10), on_stdout=hook)
+        order.append(f"first {r.status}")
+        first_done.set()
+
+    t = threading.Thread(target=first)
+    t.start()
+    try:
+        assert started.wait(60)
+
+        def hook2(chunk: bytes) -> bool:
+            order.append("second started" + (" after first" if first_done.is_set() else ""))
+            return True
+
+        r2 = py(sb, "import os\nprint(os.getuid())\n", limits=SandboxLimits(wall_s=120, cpu_s=10),
+                on_stdout=hook2)
+    finally:
+        t.join(120)
+    assert r2.status == "ok", r2
+    assert order == ["first ok", "second started after first"], order
+    sb.uid_pool.close()
+
+
+def test_uid_pool_configuration_is_checked(tmp_path, monkeypatch):
+    for bad, why in (("abc", "BASE:COUNT"), ("1900000000", "BASE:COUNT"),
+                     ("1900000000:0", "at least 1"), ("1000:10", "within 65536"),
+                     ("65530:10", "within 65536"), ("2147483000:1000", "within 65536")):
+        with pytest.raises(SandboxUnavailable, match=why):
+            NsjailSandbox(uids=bad)
+    monkeypatch.setenv(uidpool.ENV_VAR, "nonsense")
+    with pytest.raises(SandboxUnavailable, match=uidpool.ENV_VAR):
+        NsjailSandbox()
+    # Collisions with real users, groups and subordinate ranges, with the entry named.
+    etc = tmp_path
+    (etc / "passwd").write_text("root:x:0:0::/root:/bin/sh\nsvc:x:300005:300005::/:/bin/false\n")
+    (etc / "group").write_text("root:x:0:\n")
+    (etc / "subuid").write_text("alice:400000:65536\n")
+    uidpool.check_range(uidpool.UidRange(200000, 1000), str(etc))
+    with pytest.raises(SandboxUnavailable, match="passwd: svc:x:300005"):
+        uidpool.check_range(uidpool.UidRange(300000, 1000), str(etc))
+    with pytest.raises(SandboxUnavailable, match="subuid: alice:400000:65536"):
+        uidpool.check_range(uidpool.UidRange(465000, 1000), str(etc))
+    # This host's own files: the default range is free of them.
+    uidpool.check_range(uidpool.parse_spec(uidpool.DEFAULT_UIDS))
+
+
+def test_single_uid_mode_is_explicit():
+    """``single``: every jail is outside uid 65534, as chosen, and describe() says so."""
+    sb = create_sandbox("nsjail", uids="single")
+    assert sb.uid_pool is None
+    assert "outside uid 65534 shared by every jail (single-uid mode)" in sb.describe()
+    r = py(sb, "import os\nprint(os.getuid())\n")
+    assert r.status == "ok" and r.stdout == b"65534\n", r
+
+
+def test_scorer_refuses_more_code_concurrency_than_pool_uids():
+    from verifier.scoring import Scorer, ScoringConfig
+
+    sb = NsjailSandbox(uids=f"{_private_uid(3)}:2")
+    with pytest.raises(ValueError, match="code concurrency 3 exceeds the sandbox uid pool's 2"):
+        Scorer(ScoringConfig(workers=1, code_concurrency=3), sandbox=sb)
+    Scorer(ScoringConfig(workers=1, code_concurrency=2), sandbox=sb).close()

@@ -111,6 +111,17 @@ class Scorer:
                 config.sandbox,
                 **({"image": config.docker_image} if config.sandbox == "docker" else {}))
         self._closed = False
+        pool = getattr(self.sandbox, "uid_pool", None)
+        if pool is not None and pool.range.count < code_slots:
+            # Every concurrent jail needs an outside uid of its own (sandbox/uidpool.py): with
+            # fewer, runs would wait for uids and then fail with SANDBOX_ERROR.
+            self.close()
+            raise ValueError(
+                f"code concurrency {code_slots} exceeds the sandbox uid pool's "
+                f"{pool.range.count} uids ({pool.range}); give it more with MAGIC_SANDBOX_UIDS="
+                "BASE:COUNT or lower --code-concurrency"
+            )
+        self._closed = False
 
     # -- public -------------------------------------------------------------------------
     def submit(self, item: Item | tuple[str, Outcome], block_s: float = 0.0) -> Future:
