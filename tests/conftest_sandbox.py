@@ -20,9 +20,6 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 POOL = uidpool.parse_spec(os.environ.get(uidpool.ENV_VAR) or uidpool.DEFAULT_UIDS)
 
 
-def is_sandbox_uid(uid: int) -> bool:
-    return uid == SANDBOX_UID or (POOL is not None and uid in POOL)
-
 SUM_GT = {"inputs": ["1 2\n", "3 4\n", "10 20\n"], "outputs": ["3\n", "7\n", "30\n"]}
 SUM_OK = "a, b = map(int, input().split())\nprint(a + b)"
 
@@ -79,19 +76,11 @@ def sandbox_pids() -> set[int]:
     """Processes on the host running as a sandbox uid (any of the pool's, or 65534; real,
     effective, saved or filesystem uid) that this test process started (directly, through
     nsjail, or through a verifier it runs), or that were orphaned."""
-    uids = set()
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/status") as f:
-                for line in f:
-                    if line.startswith("Uid:"):
-                        if any(is_sandbox_uid(int(u)) for u in line.split()[1:]):
-                            uids.add(int(d))
-                        break
-        except (OSError, ValueError):
-            continue
+    # The project's own /proc scan (real, effective, saved and filesystem uids): 65534, then
+    # the pool's range.
+    ranges = [(SANDBOX_UID, SANDBOX_UID)] + ([(POOL.base, POOL.last)] if POOL else [])
+    uids = {pid for lo, hi in ranges for pids in uidpool.uids_in_use(lo, hi).values()
+            for pid in pids}
     parents, me = _parents(), os.getpid()
     return {p for p in uids if _ours(p, parents, me)}
 

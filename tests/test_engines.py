@@ -233,6 +233,18 @@ def _eos_prone(eng: Any, prompts: list[list[int]], eos: int, strength: float) ->
         emb[eos] += strength * h / h.norm()
 
 
+def _count_calls(obj: Any, name: str) -> list[int]:
+    """Wrap ``obj.name`` so each call adds 1 to the returned one-element counter."""
+    count, original = [0], getattr(obj, name)
+
+    def counting(*a: Any, **k: Any) -> Any:
+        count[0] += 1
+        return original(*a, **k)
+
+    setattr(obj, name, counting)
+    return count
+
+
 def test_one_batch_streams_each_finished_chunk_once_while_generating(
         ckpt: Path, tok: Any, prompts: list[list[int]]) -> None:
     """engine.one_batch: every prompt in ONE generate call; a chunk (here one prompt's 4
@@ -242,23 +254,9 @@ def test_one_batch_streams_each_finished_chunk_once_while_generating(
     eng = create_engine(EngineConfig(chunk_size=1, dtype="float32", one_batch=True), ckpt, tok)
     eos = tok.eos_token_id
     _eos_prone(eng, prompts, eos, 3.0)
-    steps = [0]
-    forward = eng.model.forward
-
-    def counting_forward(*a: Any, **k: Any) -> Any:
-        steps[0] += 1
-        return forward(*a, **k)
-
-    eng.model.forward = counting_forward
+    steps = _count_calls(eng.model, "forward")
+    generate_calls = _count_calls(eng.model, "generate")
     calls: list[tuple[int, list[Completion]]] = []
-    generate_calls = [0]
-    original = eng.model.generate
-
-    def counting_generate(*a: Any, **k: Any) -> Any:
-        generate_calls[0] += 1
-        return original(*a, **k)
-
-    eng.model.generate = counting_generate
     params = SamplingParams(n=4, temperature=1.0, max_tokens=30, seed=5)
     comps = eng.generate(prompts, params, on_done=lambda c: calls.append((steps[0], c)))
     total = steps[0]
