@@ -50,7 +50,7 @@ from .base import (
     ceil_s,
     check_file_name,
 )
-from .process import run_process
+from .process import ProcessOutcome, run_process
 
 log = logging.getLogger(__name__)
 
@@ -304,16 +304,26 @@ class NsjailSandbox:
         except (OSError, ValueError) as e:
             return RunResult("error", detail=f"cannot stage input files: {e}")
         try:
-            uid = self._lease_uid()
+            out = self._run_jail(argv, lim, binds, stdin=stdin, wall_s=lim.wall_s,
+                                 output_bytes=lim.output_bytes, on_stdout=on_stdout)
         except uidpool.PoolExhausted as e:
             return RunResult("error", detail=str(e))
+        return self._result(out, lim)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _run_jail(self, argv: list[str], lim: SandboxLimits, binds: list[str], *, stdin: bytes,
+                  wall_s: float, output_bytes: int, on_stdout: StdoutHook | None = None,
+                  ) -> ProcessOutcome:
+        """nsjail running ``argv`` as an outside uid leased for this run. Raises
+        ``uidpool.PoolExhausted`` when none is free in time."""
+        uid = self.uid_pool.acquire(UID_WAIT_S) if self.uid_pool else uidpool.SINGLE_UID
         try:
-            cmd = self._command(argv, lim, binds, uid)
-            out = run_process(
-                cmd,
+            return run_process(
+                self._command(argv, lim, binds, uid),
                 stdin=stdin,
-                wall_s=lim.wall_s,
-                output_bytes=lim.output_bytes,
+                wall_s=wall_s,
+                output_bytes=output_bytes,
                 on_stdout=on_stdout,
                 env={"PATH": "/usr/bin:/bin"},
                 log_fd_arg=True,
@@ -322,17 +332,8 @@ class NsjailSandbox:
         finally:
             # The jail may still be dying (nsjail killed): the pool hands the uid out again only
             # once no process of it is left.
-            self._return_uid(uid)
-        return self._result(out, lim)
-
-    # -- internals -------------------------------------------------------------------------
-
-    def _lease_uid(self) -> int:
-        return self.uid_pool.acquire(UID_WAIT_S) if self.uid_pool else uidpool.SINGLE_UID
-
-    def _return_uid(self, uid: int) -> None:
-        if self.uid_pool:
-            self.uid_pool.release(uid)
+            if self.uid_pool:
+                self.uid_pool.release(uid)
 
     def _command(
         self, argv: list[str], lim: SandboxLimits, binds: list[str], uid: int
@@ -512,8 +513,8 @@ class NsjailSandbox:
         )
         try:
             lim = SandboxLimits(wall_s=20, cpu_s=10, memory_mb=512)
-            uid = self._lease_uid()
-            cmd = self._command(
+            # _command adds cgroup args for every mode but "off"; "probe" carries the tiny cap.
+            out = self._run_jail(
                 [
                     self.python,
                     "-I",
@@ -523,22 +524,10 @@ class NsjailSandbox:
                 ],
                 lim,
                 [],
-                uid,
+                stdin=b"",
+                wall_s=20,
+                output_bytes=65536,
             )
-            # _command adds cgroup args only for modes != off; "probe" qualifies. Replace the
-            # computed memory with the tiny probe cap.
-            try:
-                out = run_process(
-                    cmd,
-                    stdin=b"",
-                    wall_s=20,
-                    output_bytes=65536,
-                    env={"PATH": "/usr/bin:/bin"},
-                    log_fd_arg=True,
-                    stop_signal=signal.SIGTERM,
-                )
-            finally:
-                self._return_uid(uid)
         except uidpool.PoolExhausted as e:
             return False, str(e)
         finally:
