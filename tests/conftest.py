@@ -21,6 +21,12 @@ def math_item(item_id: str, response: str, gold, **extra) -> dict:
     return {"id": item_id, "domain": "math", "response": response, "ground_truth": gold, **extra}
 
 
+def deepspeed_shm_buffers(port: int) -> list[str]:
+    """DeepSpeed's CPU all-reduce buffers in /dev/shm named after the launch on ``port``
+    (``deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank>``)."""
+    return sorted(p.name for p in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from tests.backend_fixtures import model_dir, one_torch_thread  # noqa: F401 (fixtures)
+from tests.conftest import deepspeed_shm_buffers
 from tests.ds_worker import (
     KL_CONFIG,
     KL_LOSS,
@@ -212,7 +213,8 @@ def test_two_ranks_under_the_deepspeed_launcher_equal_one_process(model_dir, tmp
 
     out = tmp_path / "out"
     stages = [0, 2, 3]
-    cmd = _launcher() + ["--num_gpus", "2", "--master_port", str(free_port()),
+    port = free_port()
+    cmd = _launcher() + ["--num_gpus", "2", "--master_port", str(port),
                          str(ROOT / "tests" / "ds_worker.py"), "--model", str(model_dir),
                          "--out", str(out), "--stages", *map(str, stages)]
     # PYTHONFAULTHANDLER: a rank that dies on a signal prints every thread's Python stack.
@@ -221,6 +223,9 @@ def test_two_ranks_under_the_deepspeed_launcher_equal_one_process(model_dir, tmp
     proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=400)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    # DeepSpeed's shm all-reduce buffers (69 MB of RAM per rank) were used and then released
+    assert "deepspeed_shm_comm_op" in proc.stdout + proc.stderr  # the op that makes them
+    assert deepspeed_shm_buffers(port) == []
 
     before, want, ref_metrics, _ = reference_update(model_dir)
     for stage in stages:

@@ -480,22 +480,28 @@ def test_report_recipes_load_with_the_released_values(name) -> None:
     assert cfg.verifier.profile == "skywork"  # rewards judged by the released reward's rules
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(600)
 def deepspeed_launch(*args: str, ranks: int = 2) -> subprocess.CompletedProcess:
-    """`deepspeed --num_gpus RANKS --module trainer.cli run ARGS` (CPU: one process per rank)."""
+    """`deepspeed --num_gpus RANKS --module trainer.cli run ARGS` (CPU: one process per rank).
+    A run that succeeds must leave none of DeepSpeed's shm all-reduce buffers behind (they are
+    RAM: leaked launches once filled /dev/shm until a rank was OOM-killed)."""
     import shutil as sh
 
-    from trainer.backends.deepspeed_backend import free_port
+    from tests.conftest import deepspeed_shm_buffers, free_port
 
     exe = sh.which("deepspeed", path=str(Path(sys.executable).parent))
     assert exe is not None, "the deepspeed launcher is not installed next to this Python"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [exe, "--num_gpus", str(ranks), "--master_port", str(free_port()), "--module",
+    port = free_port()
+    cmd = [exe, "--num_gpus", str(ranks), "--master_port", str(port), "--module",
            "trainer.cli", "run", *args]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=500)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=500)
+    if proc.returncode == 0:
+        assert deepspeed_shm_buffers(port) == []
+    return proc
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_two_data_parallel_ranks_under_the_deepspeed_launcher(data, policy, tmp_path) -> None:
     """`trainer run` under `deepspeed --num_gpus 2`: each rank generates and verifies its half
     of the prompts, the DeepSpeed update averages over both, both engines receive the same
@@ -560,3 +566,28 @@ def test_verifier_client_options_reach_the_client_config(data, tmp_path) -> None
     assert (str(cc.token_file), cc.max_retries) == ("/run/token", 3)
     with pytest.raises(ValueError, match="verifier.client"):
         demo_config(data, tmp_path, **{"verifier__client": "{no_such_option: 1}"})
+
+
+def test_unlink_shared_memory_keeps_mappings_and_frees_the_name() -> None:
+    """What the DeepSpeed and vLLM engines do once every rank has mapped the CPU collectives'
+    buffers: the names go (nothing for a later or killed run to leak), the mapped memory stays
+    usable, and names already gone are skipped."""
+    import mmap
+
+    from trainer.dist import SHM_DIR, unlink_shared_memory
+
+    name = f"magic_test_{os.getpid()}_{time.monotonic_ns()}"
+    fd = os.open(SHM_DIR / name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)  # as shm_open does
+    os.ftruncate(fd, 4096)
+    buf = mmap.mmap(fd, 4096)
+    os.close(fd)
+    try:
+        buf[:3] = b"abc"
+        assert unlink_shared_memory([f"/{name}", "magic_test_never_made"]) == [f"/{name}"]
+        assert not (SHM_DIR / name).exists()
+        buf[3:6] = b"def"  # the mapping outlives the name
+        assert buf[:6] == b"abcdef"
+        assert unlink_shared_memory([name]) == []
+    finally:
+        buf.close()
+        (SHM_DIR / name).unlink(missing_ok=True)

@@ -65,6 +65,7 @@ def test_two_ranks_share_one_tensor_parallel_engine(tmp: Path) -> None:
         assert r["before_sync_max_abs_diff"] > 0.05, "the perturbation changed nothing"
         assert r["after_sync_max_abs_diff"] < 1e-3, r
     assert r0["tokens_after"] == r1["tokens_after"] != r0["tokens"]
+    assert r0["shm_names"] == r1["shm_names"] == []
 
 
 def test_two_ranks_with_one_engine_each(tmp: Path) -> None:
@@ -98,10 +99,13 @@ def _worker(model: Path, out_dir: Path, tp: int) -> None:
     cfg = EngineConfig(kind="vllm", dtype="float32", enforce_eager=True, kv_cache_gib=0.25,
                        tensor_parallel_size=tp, seed=0, chunk_size=2)
     engine = create_engine(cfg, model, tok)
+    # vLLM's CPU collectives' shared memory, by name, while the engine is alive: none (the
+    # names are removed once every rank has mapped them, so a killed run leaves nothing)
+    shm_names = sorted(n for n in os.listdir("/dev/shm") if "cpushm" in n)
     pc = engine.llm.llm_engine.vllm_config.parallel_config
     rec: dict[str, Any] = {"engine": {"tp": pc.tensor_parallel_size, "dp": pc.data_parallel_size,
                                       "dp_rank": pc.data_parallel_rank},
-                           "prompts": prompts}
+                           "prompts": prompts, "shm_names": shm_names}
     params = SamplingParams(n=3, temperature=1.0, max_tokens=24, seed=7)
     rec["tokens"] = [c.token_ids for c in engine.generate(prompts, params)]
 

@@ -39,7 +39,9 @@ from typing import Any
 import deepspeed
 import torch
 from deepspeed.accelerator import get_accelerator
+from deepspeed.comm import comm as ds_comm
 
+from ..dist import unlink_shared_memory
 from ..hf_utils import CheckpointError
 from . import BackendConfig, check_model_path
 from .common import (
@@ -77,6 +79,7 @@ def ensure_distributed() -> bool:
 
     if torch.distributed.is_initialized():
         deepspeed.init_distributed(dist_backend=get_accelerator().communication_backend_name())
+        _unlink_shm_allreduce_buffers()
         return False
     created = "WORLD_SIZE" not in os.environ and "RANK" not in os.environ
     if created:
@@ -86,7 +89,39 @@ def ensure_distributed() -> bool:
         os.environ.update(single)
     # gloo on the CPU accelerator (ccl if oneCCL is installed), nccl on CUDA.
     deepspeed.init_distributed(dist_backend=get_accelerator().communication_backend_name())
+    _unlink_shm_allreduce_buffers()
     return created
+
+
+_shm_names_removed = False
+
+
+def _unlink_shm_allreduce_buffers() -> None:
+    """Remove the names of DeepSpeed's CPU all-reduce buffers in /dev/shm, once per process.
+
+    On the CPU accelerator, when the launcher says all ranks are local (``LOCAL_SIZE`` equal to
+    the world size), DeepSpeed's shm comm op creates one 69 MB buffer per rank, named
+    ``deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>``, maps every
+    peer's, and never removes them (deepspeed 0.19.8, csrc/cpu/comm/shm.cpp ``shm_initialize``
+    and shm_interface.cpp ``initialize``). Each launch leaked 138 MB of RAM on two ranks; see
+    :func:`trainer.dist.unlink_shared_memory`.
+
+    Sync point: every rank calls this right after ``init_distributed``. A rank returns from
+    ``shm_initialize`` only once it has mapped every peer's buffer, so after the barrier no rank
+    needs a name any more and each removes its own.
+    """
+    global _shm_names_removed
+    if _shm_names_removed or getattr(ds_comm.cdb, "shm_comm_op", None) is None:
+        return
+    world = torch.distributed.get_world_size()
+    if os.environ.get("LOCAL_SIZE") != str(world):
+        return  # DeepSpeed made no buffers (ranks on several machines, or no launcher)
+    torch.distributed.barrier()
+    rank = torch.distributed.get_rank()
+    prefix = "_".join(["deepspeed_allreduce_buffer", str(os.getuid()),
+                       os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")])
+    unlink_shared_memory([f"{prefix}_{rank}"])
+    _shm_names_removed = True
 
 
 def _acquire_world() -> bool:

@@ -51,10 +51,11 @@ import torch.distributed as dist
 from safetensors import safe_open
 from vllm import LLM
 from vllm import SamplingParams as VllmSamplingParams
+from vllm.distributed import parallel_state
 from vllm.inputs import TokensPrompt
 from vllm.platforms import current_platform
 
-from trainer.dist import Layout
+from trainer.dist import Layout, unlink_shared_memory
 from trainer.engines import EngineConfig, EngineError, check_sampling_params, eos_token_ids
 from trainer.interfaces import Completion, SamplingParams
 
@@ -127,6 +128,8 @@ class VLLMEngine:
         if not any(isinstance(f, _DropWarmupNoise) for f in renderer_log.filters):
             renderer_log.addFilter(_DropWarmupNoise())
         self.llm = LLM(**kwargs)
+        if self.on_cpu and self._borrowed_process_group:
+            _unlink_cpu_shm_segments()
         self.startup_s = time.monotonic() - t0
         """Seconds from importing vLLM to a ready engine (logged; the tests report it)."""
         # vLLM caches its environment once an engine has started; a process that built one
@@ -354,6 +357,26 @@ def _launcher_kwargs(tensor_parallel_size: int) -> dict[str, Any]:
                           "environment variable(s): start the job with deepspeed or torchrun")
     return {"distributed_executor_backend": "external_launcher",
             "data_parallel_size": layout.groups}
+
+
+def _unlink_cpu_shm_segments() -> None:
+    """Remove the names of vLLM's CPU shared-memory segments (one per rank of each
+    tensor- and pipeline-parallel group) once the engine is built.
+
+    vLLM's CPU communicator (vllm 0.32, distributed/device_communicators/cpu_communicator.py
+    ``_CPUSHMDistributed``; csrc/cpu/shm.cpp ``SHMManager``) creates ``<group_name>_<rank>``
+    with O_EXCL and removes the names only when the engine shuts down cleanly. Under the
+    external launcher the group name is the same for every run (``//-tp:0-[0-1]-cpushm``), so a
+    killed run left segments that made every later run on the machine fail ("create shm in
+    SHMManager failed. errno: 17"). Sync point: ``_init_cpu_shm`` ends with a barrier after every
+    rank joined (mapped every peer's segment), and LLM() returns after it, so the names are no
+    longer needed; see :func:`trainer.dist.unlink_shared_memory`.
+    """
+    for group in (parallel_state.get_tp_group(), parallel_state.get_pp_group()):
+        shm = getattr(group.device_communicator, "dist_module", None)
+        name = getattr(shm, "group_name", None)
+        if name:
+            unlink_shared_memory(f"{name}_{r}" for r in range(group.world_size))
 
 
 def _checkpoint_weight_names(path: Path, hf_config: dict[str, Any]) -> tuple[set[str], bool]:
