@@ -206,6 +206,25 @@ def test_cpu_limit(nsjail_sandbox):
     assert r.wall_s < 10
 
 
+@pytest.mark.parametrize("cpu_s, cgroup, status", [
+    (0.84, True, "timeout"),   # measured at a 1 s limit on a loaded host (rusage under-reports)
+    (0.98, True, "timeout"),
+    (0.05, True, "memory"),    # killed right after allocating: the cgroup's OOM killer
+    (0.05, False, "signal"),   # no cgroup, no OOM killer: someone sent SIGKILL
+])
+def test_a_sigkill_is_told_apart_by_the_cpu_it_used(nsjail_sandbox, monkeypatch, cpu_s, cgroup,
+                                                    status):
+    """RLIMIT_CPU's hard limit and the cgroup OOM killer both end a jail with SIGKILL: the CPU
+    the process used tells them apart, with room for rusage's under-count under load."""
+    from sandbox.process import ProcessOutcome
+
+    monkeypatch.setattr(nsjail_sandbox, "_cgroup_mode", "v1" if cgroup else "off")
+    out = ProcessOutcome(returncode=0, wall_s=1.5, cpu_s=cpu_s, maxrss_kb=0, stdout=b"",
+                         stderr=b"", log=b"pid=2 terminated with signal: SIGKILL (9)")
+    r = nsjail_sandbox._result(out, SandboxLimits(wall_s=20, cpu_s=1))
+    assert (r.status, r.signal) == (status, 9), r
+
+
 def test_memory_limit_per_process(nsjail_sandbox):
     r = py(nsjail_sandbox, "b = bytearray(400 << 20)", limits=SandboxLimits(memory_mb=200))
     assert r.status == "ok" and r.exit_code == 1 and b"MemoryError" in r.stderr
