@@ -428,6 +428,23 @@ def test_broken_policy_is_sandbox_error(tmp_path):
     assert o.status is Status.SANDBOX_ERROR, o
 
 
+def test_a_sandbox_whose_harness_did_not_compile_scores_again(tmp_path):
+    """The harness's bytecode failed to compile in this sandbox (the cache holds "no
+    bytecode"): the next item on the same sandbox is judged again, with the harness source. It
+    used to take the cache's lock twice and block forever (a clean-clone run hung 300 s in
+    test_broken_policy_is_sandbox_error, whose new sandbox reused a dead one's id)."""
+    cfg = tmp_path / "bad.cfg"
+    cfg.write_text("this is not a policy {")
+    sandbox = NsjailSandbox(config=str(cfg))
+    out: list = []
+    worker = threading.Thread(target=lambda: out.extend(
+        score_code(respond(SUM_OK), SUM_GT, Limits(), sandbox) for _ in range(2)), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "the second item on the sandbox never finished"
+    assert [o.status for o in out] == [Status.SANDBOX_ERROR] * 2, out
+
+
 # -- threads -----------------------------------------------------------------------------------
 
 
