@@ -24,7 +24,9 @@ def math_item(item_id: str, response: str, gold, **extra) -> dict:
 def deepspeed_shm_buffers(port: int) -> list[str]:
     """DeepSpeed's CPU all-reduce buffers in /dev/shm named after the launch on ``port``
     (``deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank>``)."""
-    return sorted(p.name for p in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"))
+    from trainer.dist import SHM_DIR  # here, not at the top: verifier-only tests need no torch
+
+    return sorted(p.name for p in SHM_DIR.glob(f"deepspeed_allreduce_buffer_*_{port}_*"))
 
 
 def free_port() -> int:

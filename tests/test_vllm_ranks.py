@@ -87,6 +87,7 @@ def _worker(model: Path, out_dir: Path, tp: int) -> None:
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM
 
+    from trainer.dist import SHM_DIR
     from trainer.engines import EngineConfig, create_engine
     from trainer.hf_utils import chat_prompt_ids, load_tokenizer
     from trainer.interfaces import SamplingParams
@@ -101,7 +102,7 @@ def _worker(model: Path, out_dir: Path, tp: int) -> None:
     engine = create_engine(cfg, model, tok)
     # vLLM's CPU collectives' shared memory, by name, while the engine is alive: none (the
     # names are removed once every rank has mapped them, so a killed run leaves nothing)
-    shm_names = sorted(n for n in os.listdir("/dev/shm") if "cpushm" in n)
+    shm_names = sorted(p.name for p in SHM_DIR.glob("*cpushm*"))
     pc = engine.llm.llm_engine.vllm_config.parallel_config
     rec: dict[str, Any] = {"engine": {"tp": pc.tensor_parallel_size, "dp": pc.data_parallel_size,
                                       "dp_rank": pc.data_parallel_rank},
