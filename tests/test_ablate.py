@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from trainer import ablate as ab
 from trainer.ablations import (
@@ -287,3 +288,67 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_resumes_the_interrupted_run(tiny_ablat
     assert f"--resume {run}" in log
     summary = json.loads((out / "temperature" / "summary.json").read_text())
     assert summary["variants"]["t1.0"]["final"]["steps"] == 12
+
+
+@pytest.mark.slow
+def test_a_variant_equal_to_another_ablations_finished_run_reuses_it(tiny_ablation) -> None:
+    """kl's beta0 with the entropy bonus off is off-policy's on-policy run (kl_coef=0 is the
+    base's own): the driver links it instead of training it again, and says so; a variant
+    that differs (beta0.01) runs. A re-run keeps the link."""
+    out, first = tiny_ablation
+    assert "on-policy seed 0: finished in" in first.stdout  # the twin is a finished run
+    cmd = [sys.executable, "-m", "trainer.cli", "ablate", "kl", "--seeds", "1",
+           "--variants", "beta0,beta0.01", "--out", str(out)]
+    for x in [*TINY, "magic.entropy_mode=off"]:
+        cmd += ["--set", x]
+    twin = out / "off-policy" / "runs" / "on-policy-s0"
+    for _ in range(2):
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                           check=False)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        assert f"beta0 seed 0: reused {twin} (the same resolved config)" in r.stdout
+        link = out / "kl" / "runs" / "beta0-s0"
+        assert link.is_symlink() and link.resolve() == twin.resolve()
+        assert "$ " not in (out / "kl" / "logs" / "beta0-s0.log").read_text()  # no child ran
+        assert not (out / "kl" / "runs" / "beta0.01-s0").is_symlink()
+    assert "beta0.01 seed 0: already finished, not run again" in r.stdout  # the second pass
+    summary = json.loads((out / "kl" / "summary.json").read_text())
+    beta0 = summary["variants"]["beta0"]
+    assert beta0["reused_from"] == {"0": str(twin)}
+    target = ab._config(twin)["magic"]["entropy_target"]
+    assert beta0["final"] == final_numbers(ab._rows(twin), target)  # the twin's own numbers
+    assert "$ " in (out / "kl" / "logs" / "beta0.01-s0.log").read_text()  # it was trained
+    assert "reused_from" not in summary["variants"]["beta0.01"]
+    assert "ok (reused: seed 0: off-policy/runs/on-policy-s0)" in \
+        (out / "kl" / "report.md").read_text()
+
+
+def test_run_identity_ignores_the_place_and_nothing_else(tmp_path) -> None:
+    """Two runs are the same run when their resolved configs agree but for name and
+    output_dir, whether read from a run directory's config.yaml (as trainer/loop.py writes
+    it) or loaded afresh."""
+    base = ["data.train_files=[a.jsonl]", "data.eval_files=[b.jsonl]"]
+    cfg = load_config(ab.BASE_CONFIG, [*base, "name=x", "output_dir=/one"])
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    written = ab._config(tmp_path)
+    moved = load_config(ab.BASE_CONFIG, [*base, "name=y", "output_dir=/two"]).to_dict()
+    assert ab.run_identity(written) == ab.run_identity(moved)
+    other = load_config(ab.BASE_CONFIG, [*base, "magic.kl_coef=0.01"]).to_dict()
+    assert ab.run_identity(other) != ab.run_identity(moved)
+
+
+@pytest.mark.slow
+def test_a_run_directory_made_with_another_config_is_an_error_not_a_reuse(tiny_ablation) -> None:
+    """The same command with another --set finds on-policy-s0 made with the old config: that
+    variant fails naming the directory (nothing is trained over it or linked to it)."""
+    out, _ = tiny_ablation
+    run = out / "off-policy" / "runs" / "on-policy-s0"
+    before = (run / "metrics.jsonl").stat().st_mtime_ns
+    cmd = [sys.executable, "-m", "trainer.cli", "ablate", "off-policy", "--seeds", "1",
+           "--variants", "on-policy", "--out", str(out)]
+    for x in [*TINY, "magic.lr=0.001"]:
+        cmd += ["--set", x]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"{run} was made with another config" in r.stderr
+    assert (run / "metrics.jsonl").stat().st_mtime_ns == before and not run.is_symlink()

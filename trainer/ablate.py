@@ -10,7 +10,11 @@ of the demo config (its warm_start/ folder), so seeds vary the RL run (data orde
 mini-batch shuffles), not the starting point.
 
 Resume: a run whose metrics reach its last step with a held-out evaluation is finished and not
-run again; one with a checkpoint continues with ``trainer run --resume``. Ctrl-C is forwarded
+run again; one with a checkpoint continues with ``trainer run --resume``. Reuse: a variant whose
+resolved config (all but its name and place) equals a finished run of another ablation in the
+same ``--out`` is not run again either: its run directory becomes a link to that run (several
+ablations share a baseline: ``kl``'s beta0, ``group-size``'s g8, ``batch-size``'s b16 and
+``adv-mask``'s none are all the demo's own config). Ctrl-C is forwarded
 once to the running child (its own session, so a terminal's Ctrl-C reaches only this driver):
 the child finishes its step and writes a checkpoint; a second Ctrl-C kills it. SIGTERM is
 handled as a Ctrl-C.
@@ -22,6 +26,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -45,7 +50,7 @@ from trainer.ablations import (
     final_numbers,
     seed_spread,
 )
-from trainer.config import load_config
+from trainer.config import RunConfig, load_config
 from trainer.plot import plt, read_metrics, series, trailing_mean  # pyplot, headless (Agg)
 
 log = logging.getLogger(__name__)
@@ -53,6 +58,7 @@ log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[1]
 BASE_CONFIG = ROOT / "trainer" / "configs" / "demo.yaml"
 MARKER = "ablate.json"  # in each run directory: the overrides it was made with
+PLACE = ("name", "output_dir")  # where a run lives, not what it is
 
 
 class UnknownAblation(ValueError):
@@ -77,8 +83,9 @@ class RunOutcome:
     variant: str
     seed: int
     run_dir: Path
-    status: str  # "finished" | "skipped" (finished before) | "failed" | "interrupted"
+    status: str  # "finished" | "skipped" (finished before) | "reused" | "failed" | "interrupted"
     seconds: float = 0.0
+    reused_from: Path | None = None  # "reused": the other ablation's run it links to
     error: str = ""
     rows: list[dict] = field(default_factory=list)
 
@@ -198,11 +205,24 @@ class Driver:
         outcome = RunOutcome(variant.name, seed, run_dir, "finished")
         marker = run_dir / MARKER
         resume: Path | None = None
+        try:
+            identity = run_identity(load_config(BASE_CONFIG, overrides).to_dict())
+        except ValueError:  # an invalid variant: its run fails below and is recorded with why
+            identity = None
+        if run_dir.is_symlink() and not run_dir.exists():  # its twin was removed: run it here
+            run_dir.unlink()
+        if not run_dir.exists():
+            twin = self.finished_twin(identity)
+            if twin is not None:
+                run_dir.parent.mkdir(parents=True, exist_ok=True)
+                run_dir.symlink_to(os.path.relpath(twin, run_dir.parent), target_is_directory=True)
+                log_file.parent.mkdir(parents=True, exist_ok=True)
+                with log_file.open("a") as f:
+                    f.write(f"reused {twin}: the same resolved config, finished\n")
         if marker.exists():
-            made_with = json.loads(marker.read_text()).get("overrides")
-            if made_with != overrides and (run_dir / "config.yaml").exists():
+            if (run_dir / "config.yaml").exists() and _identity_of(run_dir) != identity:
                 outcome.status = "failed"
-                outcome.error = (f"{run_dir} was made with other overrides (another profile, "
+                outcome.error = (f"{run_dir} was made with another config (another profile, "
                                  "--set or version): remove it or use another --out")
                 return outcome
             rows = _rows(run_dir)
@@ -210,6 +230,8 @@ class Driver:
             if rows and total and run_finished(rows, total, with_eval):
                 outcome.status, outcome.rows = "skipped", rows
                 outcome.seconds = float(json.loads(marker.read_text()).get("seconds", 0.0))
+                if run_dir.is_symlink():
+                    outcome.status, outcome.reused_from = "reused", run_dir.resolve()
                 return outcome
             if (run_dir / "checkpoints" / "latest").exists():
                 resume = run_dir
@@ -229,6 +251,22 @@ class Driver:
             marker.write_text(json.dumps({"overrides": overrides, "seconds": outcome.seconds},
                                          indent=1))
         return outcome
+
+    def finished_twin(self, identity: dict[str, Any] | None) -> Path | None:
+        """A finished run of another ablation under the same ``--out`` made with the same
+        resolved config (its place aside), or None. Links are skipped: a twin is a run."""
+        if identity is None:
+            return None
+        for marker in sorted(self.out.glob(f"*/runs/*/{MARKER}")):
+            run_dir = marker.parent
+            if run_dir.is_symlink() or run_dir.parent.parent == self.root:
+                continue
+            if _identity_of(run_dir) != identity:
+                continue
+            total, with_eval = _run_shape(run_dir)
+            if total and run_finished(_rows(run_dir), total, with_eval):
+                return run_dir
+        return None
 
     def _child(self, overrides: list[str], log_file: Path, resume: Path | None) -> int:
         cmd = [sys.executable, "-m", "trainer.cli", "run"]
@@ -267,6 +305,7 @@ class Driver:
                 o = self.run_one(variant, seed, model)
                 outcomes.append(o)
                 how = {"skipped": "already finished, not run again",
+                       "reused": f"reused {o.reused_from} (the same resolved config)",
                        "finished": f"finished in {o.seconds:.0f} s",
                        "interrupted": "interrupted", "failed": f"FAILED: {o.error}"}[o.status]
                 print(f"[{self.ablation.name}] {variant.name} seed {seed}: {how}", flush=True)
@@ -298,6 +337,23 @@ def _rows(run_dir: Path) -> list[dict]:
         return read_metrics(run_dir)
     except (FileNotFoundError, ValueError):
         return []
+
+
+def run_identity(config: dict[str, Any]) -> dict[str, Any]:
+    """What makes two runs the same run: the resolved config read back through the typed tree
+    (so a config.yaml and a fresh load compare alike), without its name and output_dir."""
+    plain = RunConfig.from_dict(config).to_dict()
+    return {k: v for k, v in plain.items() if k not in PLACE}
+
+
+def _identity_of(run_dir: Path) -> dict[str, Any] | None:
+    """The run_identity of a run directory's config.yaml; None without one, or when this
+    version no longer reads it (a run of another version is never the same run)."""
+    made = _config(run_dir)
+    try:
+        return run_identity(made) if made else None
+    except ValueError:
+        return None
 
 
 def _config(run_dir: Path) -> dict[str, Any]:
@@ -334,7 +390,7 @@ def build_summary(ablation: Ablation, variants: Sequence[Variant],
     per_seed: dict[str, list[dict]] = {}
     for v in variants:
         mine = [o for o in outcomes if o.variant == v.name]
-        ok = [o for o in mine if o.status in ("finished", "skipped")]
+        ok = [o for o in mine if o.status in ("finished", "skipped", "reused")]
         target = None
         if ok:
             target = ((_config(ok[0].run_dir).get("magic") or {}).get("entropy_target"))
@@ -350,6 +406,9 @@ def build_summary(ablation: Ablation, variants: Sequence[Variant],
             "per_seed": finals,
             "seconds": sum(o.seconds for o in mine),
         }
+        reused = {o.seed: str(o.reused_from) for o in ok if o.reused_from is not None}
+        if reused:  # seed -> the other ablation's run this variant links to
+            entry["reused_from"] = reused
         if v.quadruple is not None:
             entry["quadruple"] = (quadruples or {}).get(v.name, list(v.quadruple))
             entry["quadruple_notation"] = list(v.quadruple)
@@ -432,6 +491,10 @@ def report_markdown(summary: dict[str, Any], ablation: Ablation, setup: dict[str
             return f"{f[key]:.4g} ± {half:.2g}"
 
         status = "ok" if v["seeds"] else "not run"
+        if v.get("reused_from"):
+            status += " (reused: " + ", ".join(
+                f"seed {k}: {'/'.join(Path(p).parts[-3:])}" for k, p in v["reused_from"].items()
+            ) + ")"
         if "failed" in v:
             status = "FAILED: " + "; ".join(f"seed {x['seed']}: {x['error']}"
                                             for x in v["failed"])
@@ -477,7 +540,7 @@ def write_plots(root: Path, summary: dict[str, Any], outcomes: Sequence[RunOutco
         drawn = False
         for i, variant in enumerate(summary["variants"]):
             runs = [o for o in outcomes if o.variant == variant and o.status in
-                    ("finished", "skipped") and o.rows]
+                    ("finished", "skipped", "reused") and o.rows]
             per_seed = []
             for o in runs:
                 xs, ys = series(o.rows, key)
@@ -522,7 +585,8 @@ def write_outputs(driver: Driver, summary: dict[str, Any], outcomes: Sequence[Ru
             ", ".join(f"`{x}`" for x in _overrides_text(driver.ablation.setup)) or "none",
         "seeds": ", ".join(map(str, driver.seeds)),
         "time": f"{seconds:.0f} s: the runs' wall-clock, summed (an interrupted run counts "
-                "from its resume; the shared warm start is not counted)",
+                "from its resume, a reused run the time it took where it ran; the shared warm "
+                "start is not counted)",
     }
     summary["setup"] = setup
     (root / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
