@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import math_verify
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -425,8 +426,22 @@ def test_the_call_budget_counts_cpu_not_waiting() -> None:
 
 def test_a_call_out_of_cpu_is_a_timeout_never_a_silent_incorrect(monkeypatch) -> None:
     """math-verify reads its own alarm as "no parse"/"not equal"; a right answer must not come
-    back INCORRECT because a call ran out of time (it did, under load, for ``x = 936``)."""
-    monkeypatch.setattr(math_score, "CALL_TIMEOUT_S", 1e-6)
+    back INCORRECT because a call ran out of time (it did, under load, for ``x = 936``).
+
+    The parse is made slow on purpose (0.3 s of CPU, then the real one): a real parse of
+    ``x = 936`` takes a few milliseconds, within one tick of the kernel's CPU accounting, so a
+    budget of 1 us fired only when a tick landed inside it (a clean-clone run under load got
+    CORRECT). 0.3 s of CPU against a 0.05 s budget fires every time."""
+    real_parse = math_verify.parse
+
+    def slow_parse(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.3:
+            pass
+        return real_parse(*args, **kwargs)
+
+    monkeypatch.setattr(math_verify, "parse", slow_parse)
+    monkeypatch.setattr(math_score, "CALL_TIMEOUT_S", 0.05)
     outcome = score_math(box("x = 936"), "936", LIMITS)
     assert outcome.status is Status.TIMEOUT, outcome
     assert "CPU" in outcome.detail
