@@ -249,8 +249,9 @@ def test_sigterm_drains_in_flight_work() -> None:
         # Signal once the server has answered an item of this stream, not once the client has
         # sent some: HTTP/2 lets a client send a window of data before the server accepts the
         # call, and gRPC cancels (CANCELLED) a call that arrived but that the application had
-        # not yet taken when shutdown began. On a loaded machine that gap lasted past the
-        # client's tenth item (seen in a full `make test` beside two `trainer ablate` runs).
+        # not yet taken when shutdown began (grpc/_server.py drops a request event that did not
+        # succeed). The likely cause of a failure in a full `make test` beside two `trainer
+        # ablate` runs: signalled after the client's tenth item, the stream came back CANCELLED.
         assert answered.wait(60) and "error" not in out, out.get("error")
         sp.proc.send_signal(signal.SIGTERM)
         # The drain starts when the server's main thread runs its signal handler: at once here,
