@@ -59,6 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BASE_CONFIG = ROOT / "trainer" / "configs" / "demo.yaml"
 MARKER = "ablate.json"  # in each run directory: the overrides it was made with
 PLACE = ("name", "output_dir")  # where a run lives, not what it is
+DONE = ("finished", "skipped", "reused")  # outcome statuses of a run that reached its end
 
 
 class UnknownAblation(ValueError):
@@ -390,7 +391,7 @@ def build_summary(ablation: Ablation, variants: Sequence[Variant],
     per_seed: dict[str, list[dict]] = {}
     for v in variants:
         mine = [o for o in outcomes if o.variant == v.name]
-        ok = [o for o in mine if o.status in ("finished", "skipped", "reused")]
+        ok = [o for o in mine if o.status in DONE]
         target = None
         if ok:
             target = ((_config(ok[0].run_dir).get("magic") or {}).get("entropy_target"))
@@ -539,8 +540,7 @@ def write_plots(root: Path, summary: dict[str, Any], outcomes: Sequence[RunOutco
         fig, ax = plt.subplots(figsize=(7, 4))
         drawn = False
         for i, variant in enumerate(summary["variants"]):
-            runs = [o for o in outcomes if o.variant == variant and o.status in
-                    ("finished", "skipped", "reused") and o.rows]
+            runs = [o for o in outcomes if o.variant == variant and o.status in DONE and o.rows]
             per_seed = []
             for o in runs:
                 xs, ys = series(o.rows, key)
