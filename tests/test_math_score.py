@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from pathlib import Path
@@ -449,7 +450,7 @@ def test_a_call_out_of_cpu_is_a_timeout_never_a_silent_incorrect(monkeypatch) ->
     assert score_math(box("x = 936"), "936", LIMITS).status is Status.CORRECT
 
 
-def _rational_spellings(rng: "random.Random", num: int, den: int) -> str:
+def _rational_spellings(rng: random.Random, num: int, den: int) -> str:
     """One spelling of num/den (den > 0) that the plain-rational fast path reads: an integer
     when it is one, else \\frac, \\dfrac or a/b, scaled or not, with a sign and spacing."""
     k = rng.choice([1, 1, 2, 3, 10, 7])
@@ -464,8 +465,6 @@ def _rational_spellings(rng: "random.Random", num: int, den: int) -> str:
 
 
 def _rational_pairs(n: int, seed: int) -> list[tuple[str, list[str]]]:
-    import random
-
     rng = random.Random(seed)
     pairs = []
     for _ in range(n):
