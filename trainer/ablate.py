@@ -227,8 +227,7 @@ class Driver:
                                  "--set or version): remove it or use another --out")
                 return outcome
             rows = _rows(run_dir)
-            total, with_eval = _run_shape(run_dir)
-            if rows and total and run_finished(rows, total, with_eval):
+            if _reached_its_end(run_dir, rows):
                 outcome.status, outcome.rows = "skipped", rows
                 outcome.seconds = float(json.loads(marker.read_text()).get("seconds", 0.0))
                 if run_dir.is_symlink():
@@ -242,11 +241,10 @@ class Driver:
         rc = self._child(overrides, log_file, resume=resume)
         outcome.seconds = time.monotonic() - t0
         outcome.rows = _rows(run_dir)
-        total, with_eval = _run_shape(run_dir)
         if rc != 0:
             outcome.status = "failed"
             outcome.error = f"exit {rc}: {error_tail(log_file)}"
-        elif not (total and run_finished(outcome.rows, total, with_eval)):
+        elif not _reached_its_end(run_dir, outcome.rows):
             outcome.status = "interrupted"
         else:  # the run's wall-clock, reported again when a re-run skips it
             marker.write_text(json.dumps({"overrides": overrides, "seconds": outcome.seconds},
@@ -262,10 +260,7 @@ class Driver:
             run_dir = marker.parent
             if run_dir.is_symlink() or run_dir.parent.parent == self.root:
                 continue
-            if _identity_of(run_dir) != identity:
-                continue
-            total, with_eval = _run_shape(run_dir)
-            if total and run_finished(_rows(run_dir), total, with_eval):
+            if _identity_of(run_dir) == identity and _reached_its_end(run_dir, _rows(run_dir)):
                 return run_dir
         return None
 
@@ -362,12 +357,14 @@ def _config(run_dir: Path) -> dict[str, Any]:
     return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
 
 
-def _run_shape(run_dir: Path) -> tuple[int, bool]:
-    """(total_steps, evaluates?) from the run's own config.yaml (0 without one)."""
+def _reached_its_end(run_dir: Path, rows: Sequence[dict]) -> bool:
+    """Whether a run directory's metrics rows reach the last step of its own config.yaml (and
+    its final evaluation, when it evaluates): run_finished, with the run's own shape. False
+    without a config.yaml."""
     cfg = _config(run_dir)
-    if not cfg:
-        return 0, False
-    return int(cfg.get("total_steps", 0)), bool((cfg.get("eval") or {}).get("every_steps"))
+    total = int(cfg.get("total_steps", 0))
+    with_eval = bool((cfg.get("eval") or {}).get("every_steps"))
+    return bool(total) and run_finished(rows, total, with_eval)
 
 
 def error_tail(log_file: Path, lines: int = 3) -> str:
