@@ -9,6 +9,8 @@ from __future__ import annotations
 import base64
 import json
 import pickle
+import struct
+import tracemalloc
 import zlib
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from verifier import lcb
 from verifier.cli import main
 
 ADD = "a, b = map(int, input().split())\nprint(a + b)"
@@ -224,3 +227,195 @@ def test_flags_are_checked(tmp_path: Path, files: dict[str, Path],
             main(["eval", *argv, "--output", out])
         assert exit_.value.code == 2
         assert message in " ".join(capsys.readouterr().err.split())
+
+
+# --------------------------------------------------------------------------------------------
+# Hostile rows: one row never ends a run
+# --------------------------------------------------------------------------------------------
+
+
+def lcb_bomb(inflated: int) -> str:
+    """Private tests in the release's form, base64(zlib(pickle(json_text))), whose JSON text
+    (one stdin test) is ``inflated`` bytes: a zlib bomb, built by streaming (never held whole),
+    a few hundred KB however large it inflates."""
+    head, tail = '[{"input": "', '", "output": "1\\n", "testtype": "stdin"}]'
+    size = len(head) + inflated + len(tail)
+    z = zlib.compressobj(1)
+    # PROTO 4, BINUNICODE8 <size> <utf-8 text>, STOP: exactly what pickle.dumps(text) parses as
+    out = [z.compress(b"\x80\x04\x8d" + struct.pack("<Q", size) + head.encode())]
+    block = b"a" * (1 << 20)
+    left = inflated
+    while left:
+        out.append(z.compress(block[:min(left, len(block))]))
+        left -= min(left, len(block))
+    out += [z.compress(tail.encode() + b"."), z.flush()]
+    return base64.b64encode(b"".join(out)).decode()
+
+
+def write_lines(path: Path, lines: list) -> Path:
+    path.write_bytes(b"".join((x if isinstance(x, bytes) else
+                               (x if isinstance(x, str) else json.dumps(x)).encode()) + b"\n"
+                              for x in lines))
+    return path
+
+
+def test_lcb_tests_bound_refuses_nothing_the_verifier_could_judge() -> None:
+    # The bound: well under the 1 GiB that let a 1.4 MB bomb cost 4.25 GB, and over the
+    # verifier's own ground-truth cap, so no row it could judge is refused here.
+    from verifier.items import MAX_GROUND_TRUTH_CHARS
+
+    assert 2 * MAX_GROUND_TRUTH_CHARS <= lcb.MAX_LCB_TESTS_BYTES <= 256 << 20
+
+
+def test_zlib_bomb_is_refused_while_inflating() -> None:
+    bound = lcb.MAX_LCB_TESTS_BYTES
+    bomb = lcb_bomb(136 << 20)   # ~0.8 MB that inflate past the real bound (128 MiB)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="inflate past"):
+            lcb.decode_lcb_tests(bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # Inflated in 1 MiB steps and refused at the bound: never the bomb's whole output (nor
+    # the pickled string and JSON decoded from it).
+    assert peak < bound + (4 << 20), peak
+
+
+def test_zlib_bomb_row_is_not_judged_and_the_run_goes_on(
+        tmp_path: Path, server, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(lcb, "MAX_LCB_TESTS_BYTES", 1 << 20)   # a small bomb suffices
+    bomb = lcb_row("bomb_1", "atcoder", "hard", "2024-10-01T00:00:00")
+    bomb["private_test_cases"] = lcb_bomb(16 << 20)
+    problems = write_lines(tmp_path / "lcb.jsonl", [LCB_ROWS[0], bomb, *LCB_ROWS[1:]])
+    gens = tmp_path / "custom.json"
+    gens.write_text(json.dumps([{"question_id": "bomb_1", "code_list": [ADD, ADD]},
+                                {"question_id": "abc400_a", "code_list": [ADD, SUB]}]))
+    per_response = tmp_path / "per_response.jsonl"
+
+    # Without --allow-errors: everything else is scored, the row is named, exit 1, no summary.
+    code, s = run(tmp_path, server[1], [problems], gens, "--results-output", str(per_response))
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1 and s is None
+    assert "1 problems could not be judged ('bomb_1'" in err
+    assert "private_test_cases" in err and "inflate past 1048576 bytes" in err
+    records = [json.loads(line) for line in per_response.read_text().splitlines()]
+    assert [(r["id"], r["status"]) for r in records] == [
+        ("abc400_a", "CORRECT"), ("abc400_a", "INCORRECT"),
+        ("bomb_1", "INVALID_INPUT"), ("bomb_1", "INVALID_INPUT")]
+    assert "not judged" in records[2]["detail"] and records[2]["profile"] == ""
+
+    # With --allow-errors: the summary counts it as not judged (its responses incorrect).
+    code, s = run(tmp_path, server[1], [problems], gens, "--allow-errors")
+    assert code == 0 and s is not None
+    assert s["by_problem"] == {"abc400_a": [True, False], "bomb_1": [False, False]}
+    assert s["n_not_judged"] == 1
+    [entry] = s["not_judged"]
+    assert entry["id"] == "bomb_1" and entry["n_responses"] == 2
+    assert "lcb.jsonl: line 2" in entry["reason"] and "inflate past" in entry["reason"]
+    assert s["errors"] == {"INVALID_INPUT": 2} and s["errors_counted_as_incorrect"]
+    assert s["profiles"] == {"-": 2, "lcb": 2}       # the bomb's items were never sent
+    assert s["lcb"]["n_problems"] == 2 and s["lcb"]["pass@1"] == pytest.approx(0.25)
+    assert "not judged: problem 'bomb_1'" in capsys.readouterr().out
+
+
+def test_bomb_outside_the_window_is_never_decoded(tmp_path: Path, server,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    bomb = lcb_row("old_bomb", "atcoder", "hard", "2023-01-01T00:00:00")   # before the window
+    bomb["private_test_cases"] = lcb_bomb(32 << 20)
+    decoded: list[str] = []
+    real = lcb.decode_lcb_tests
+
+    def spy(value):
+        decoded.append(value if isinstance(value, str) else "")
+        return real(value)
+
+    monkeypatch.setattr(lcb, "decode_lcb_tests", spy)
+    problems = write_lines(tmp_path / "lcb.jsonl", [bomb, LCB_ROWS[0]])
+    plain = write_lines(tmp_path / "plain.jsonl", [
+        {"id": "m1", "domain": "math", "ground_truth": "42", "data_source": "plain"}])
+    gens = write_lines(tmp_path / "gens.jsonl", [
+        {"id": "m1", "responses": ["\\boxed{42}"]},
+        {"id": "old_bomb", "responses": ["```python\nprint(1)\n```"]}])
+    code, s = run(tmp_path, server[1], [problems, plain], gens)
+    assert code == 0 and s is not None
+    assert bomb["private_test_cases"] not in decoded      # dropped by date before decoding
+    assert LCB_ROWS[0]["private_test_cases"] in decoded   # the row inside is decoded
+    assert s["outside_window"] == 1 and s["generations_outside_window"] == 1
+    assert s["by_problem"] == {"m1": [True]} and s["missing_generations"] == ["abc400_a"]
+
+
+DEEP = "[" * 100_000
+
+
+def test_deeply_nested_problem_rows_are_bad_rows(tmp_path: Path, server,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    deep_tests = lcb_row("deep_lcb", "atcoder", "easy", "2024-09-14T00:00:00")
+    deep_tests["public_test_cases"] = DEEP
+    deep_args = lcb_row("deep_args", "leetcode", "easy", "2024-09-14T00:00:00", fn="mul")
+    deep_args["private_test_cases"] = compressed(
+        [{"input": "[" * 50_000 + "\n3", "output": "6", "testtype": "functional"}])
+    problems = write_lines(tmp_path / "problems.jsonl", [
+        {"id": "m1", "domain": "math", "ground_truth": "42"},
+        DEEP,                                                           # line 2: no id at all
+        deep_tests,                                                     # line 3
+        {"id": "deep_gt", "domain": "code", "ground_truth": DEEP},      # line 4
+        deep_args,                                                      # line 5
+        {"id": "deep_math", "domain": "math", "ground_truth": DEEP},    # line 6: a string answer
+    ])
+    gens = write_lines(tmp_path / "gens.jsonl", [
+        {"id": "m1", "responses": ["\\boxed{42}", "\\boxed{7}"]},
+        {"id": "deep_lcb", "responses": ["x", "y"]},
+        {"id": "deep_gt", "responses": ["x", "y"]},
+        {"id": "ghost", "responses": ["x", "y"]},     # maybe line 2's: its id cannot be read
+    ])
+    code, s = run(tmp_path, server[1], [problems], gens)
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1 and s is None        # an error naming the file and line, no traceback
+    assert "problems.jsonl: line 2: not valid JSON: nested too deeply" in err
+
+    code, s = run(tmp_path, server[1], [problems], gens, "--skip-invalid")
+    assert code == 0 and s is not None
+    assert s["by_problem"] == {"m1": [True, False]}
+    assert s["missing_generations"] == ["deep_math"]   # a math answer string: not a bad row
+    skipped = {r["where"].rsplit(": ", 1)[1]: r for r in s["skipped_problem_rows"]}
+    assert list(skipped) == ["line 2", "line 3", "line 4", "line 5"]
+    assert skipped["line 2"]["id"] is None
+    assert [skipped[f"line {n}"]["id"] for n in (3, 4, 5)] == ["deep_lcb", "deep_gt",
+                                                              "deep_args"]
+    for n in (2, 3, 4, 5):
+        assert "nested too deeply" in skipped[f"line {n}"]["reason"], skipped[f"line {n}"]
+    assert s["skipped_rows"] == 4 and len(skipped) == 4
+    assert s["generations_of_skipped_rows"] == ["deep_lcb", "deep_gt"]
+    assert s["unmatched_generations"] == ["ghost"]
+
+
+def test_deeply_nested_or_undecodable_generations(tmp_path: Path, files: dict[str, Path],
+                                                  server,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    gens = write_lines(tmp_path / "gens.jsonl", [
+        {"id": "m1", "responses": ["\\boxed{42}"]},
+        DEEP,                                                   # line 2
+        '{"id": "m2", "responses": ' + DEEP + "}",              # line 3: deep inside a field
+        b'{"id": "m3", "responses": ["\xff\xfe"]}',             # line 4: not UTF-8
+    ])
+    code, s = run(tmp_path, server[1], [files["plain"]], gens)
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1 and s is None
+    assert "gens.jsonl: line 2: not valid JSON: nested too deeply" in err
+
+    code, s = run(tmp_path, server[1], [files["plain"]], gens, "--skip-invalid")
+    assert code == 0 and s is not None
+    assert s["by_problem"] == {"m1": [True]}
+    assert [x["where"].rsplit(": ", 1)[1] for x in s["skipped"]] == ["line 2", "line 3",
+                                                                    "line 4"]
+    assert "not UTF-8" in s["skipped"][2]["reason"] and s["skipped_lines"] == 3
+
+    # LiveCodeBench's format is one JSON document: too deep, it is one error for the file.
+    custom = tmp_path / "custom.json"
+    custom.write_text('[{"question_id": "m1", "code_list": ["print(42)"]}, ' + DEEP + "]")
+    code, s = run(tmp_path, server[1], [files["plain"]], custom, "--skip-invalid")
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1 and s is None
+    assert "custom.json: whole file: not valid JSON: nested too deeply" in err

@@ -15,6 +15,13 @@ profile (``--lcb-profile``) and kept only inside the report's contest-date windo
 generation, are left out of every number and counted (and named) in the summary, never scored
 as 0. A generation naming no problem is an error listing them.
 
+One hostile row never ends a run: whatever a row makes the readers raise (JSON nested too deeply
+included) is that row's error, named by file and line, and skipped with ``--skip-invalid``. A
+problem that cannot be judged (a LiveCodeBench row whose tests inflate past
+``verifier.lcb.MAX_LCB_TESTS_BYTES``, a ground truth over the verifier's cap) is never sent: its
+responses become INVALID_INPUT results here, named in the summary's ``not_judged``, and like
+any response the verifier could not score they fail the command unless ``--allow-errors``.
+
 Each (problem, response j) becomes one verifier item with the wire id ``f"{line}:{j}"`` and is
 scored through the same code as ``verifier check`` (in-process ``Scorer``, or a running server
 through ``VerifierClient.stream``). The metrics are small pure functions (``pass_at_k``,
@@ -41,7 +48,8 @@ from rich.table import Table
 
 from verifier.client import ClientConfig, VerifierClient
 from verifier.generations import Generation, read_generations_file
-from verifier.items import NOT_A_VERDICT, Item, Limits, Result, VerifierError, item_from_dict
+from verifier.items import (MAX_GROUND_TRUTH_CHARS, NOT_A_VERDICT, Item, Limits, Result,
+                            VerifierError, invalid, item_from_dict)
 from verifier.lcb import LCB_REPORT_WINDOW, LcbQuestion
 from verifier.problems import DataError, Loaded, ProblemRow, load_rows
 from verifier.scoring import Scorer, ScoringConfig
@@ -159,6 +167,9 @@ class EvalProblem:
     limits: Limits = field(default_factory=Limits)
     profile: str = ""
     """Judging profile of every response ("" = the server's default)."""
+    unjudged: str = ""
+    """Why this problem cannot be judged ("" when it can): its responses are never sent and
+    become INVALID_INPUT results with this reason (see :func:`mark_unjudgeable`)."""
 
     def wire_id(self, j: int) -> str:
         """The unique id of response j on the wire (problem ids need not be unique strings)."""
@@ -205,21 +216,44 @@ class Generations:
     """``{"line": int, "reason": str}`` per skipped line."""
 
 
+def _problem_from_line(data: bytes, line: int) -> EvalProblem | str | None:
+    """The EvalProblem of one raw line, why it is malformed, or None for a blank line. Any
+    exception is the line's problem: it is untrusted input, and JSON nested too deeply makes
+    json (and anything that walks the result) raise RecursionError, which is no ValueError."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"not UTF-8 text: {e}"
+    if not text.strip():
+        return None
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        return "not valid JSON: nested too deeply to decode"
+    except ValueError as e:
+        return f"not valid JSON: {e}"
+    try:
+        return problem_from_dict(obj, line)
+    except RecursionError:
+        return "nested too deeply to read"
+    except Exception as e:  # noqa: BLE001 - whatever a hostile line makes the checks raise
+        return f"cannot be read: {type(e).__name__}: {e}"
+
+
 def read_generations(path: Path, skip_invalid: bool = False) -> Generations:
-    """Parse a generations JSONL. A malformed line (bad JSON, missing fields, a duplicate
-    problem id) raises VerifierError("invalid_argument") naming the file and line, or with
-    ``skip_invalid`` is skipped and recorded. Blank lines are ignored."""
+    """Parse a generations JSONL. A malformed line (bad JSON or UTF-8, JSON nested too deeply,
+    missing fields, a duplicate problem id) raises VerifierError("invalid_argument") naming the
+    file and line, or with ``skip_invalid`` is skipped and recorded. Blank lines are ignored."""
     problems: list[EvalProblem] = []
     skipped: list[dict[str, Any]] = []
     first_line: dict[str, int] = {}
-    with path.open(encoding="utf-8") as f:
-        for lineno, text in enumerate(f, 1):
-            if not text.strip():
+    # Bytes, decoded line by line: a line that is not UTF-8 is that line's problem, where a
+    # text file object would raise from the loop itself.
+    with path.open("rb") as f:
+        for lineno, data in enumerate(f, 1):
+            parsed = _problem_from_line(data, lineno)
+            if parsed is None:
                 continue
-            try:
-                parsed: EvalProblem | str = problem_from_dict(json.loads(text), lineno)
-            except ValueError as e:
-                parsed = f"not valid JSON: {e}"
             if isinstance(parsed, EvalProblem) and parsed.id in first_line:
                 first = first_line[parsed.id]
                 parsed = f"duplicate problem id {parsed.id!r} (first on line {first})"
@@ -258,6 +292,32 @@ def resolve_k(problems: Sequence[EvalProblem], k: int | None) -> int:
 # ---------------------------------------------------------------------------------------------
 # Scoring
 # ---------------------------------------------------------------------------------------------
+
+
+def mark_unjudgeable(problems: Sequence[EvalProblem]) -> None:
+    """Set ``unjudged`` on problems whose ground truth is over the verifier's cap
+    (``MAX_GROUND_TRUTH_CHARS`` of JSON): the verifier answers INVALID_INPUT for each of their
+    responses, and the items might not even fit a message (then the client would re-send them
+    until it gives up). Problems already marked are left as they are."""
+    for p in problems:
+        if p.unjudged:
+            continue
+        try:
+            n = len(json.dumps(p.ground_truth))
+        except (TypeError, ValueError, RecursionError) as e:
+            p.unjudged = f"the ground truth cannot be sent as JSON: {type(e).__name__}: {e}"
+            continue
+        if n > MAX_GROUND_TRUTH_CHARS:
+            p.unjudged = (f"the ground truth is {n} characters of JSON, over the verifier's "
+                          f"cap of {MAX_GROUND_TRUTH_CHARS}")
+
+
+def unjudged_results(problems: Sequence[EvalProblem]) -> dict[str, Result]:
+    """INVALID_INPUT results, keyed by wire id, for the responses of problems that cannot be
+    judged (``unjudged``), made here: those items are never sent."""
+    return {p.wire_id(j): Result.from_outcome(p.wire_id(j), invalid(f"not judged: {p.unjudged}"),
+                                              p.limits, 0.0, p.data_source)
+            for p in problems if p.unjudged for j in range(len(p.responses))}
 
 
 def score_items(
@@ -324,7 +384,9 @@ def summarize(
     counts, how many lines were skipped, ``by_problem`` (each problem's verdicts in
     response order) and ``profiles`` (how many responses the verifier says it judged under
     each judging profile; "-" for those that never reached a scorer). Responses with an error
-    status count as incorrect here; ``errors_counted_as_incorrect`` says whether any did."""
+    status count as incorrect here; ``errors_counted_as_incorrect`` says whether any did.
+    ``not_judged`` names the problems that could not be judged at all (their responses are
+    INVALID_INPUT errors, made without the verifier) and why."""
     overall = _group_summary(problems, results, k)
     groups: dict[str, list[EvalProblem]] = defaultdict(list)
     for p in problems:
@@ -350,6 +412,9 @@ def summarize(
         "profiles": dict(sorted(Counter(results[p.wire_id(j)].profile or NO_SOURCE
                                         for p in problems
                                         for j in range(len(p.responses))).items())),
+        "n_not_judged": sum(1 for p in problems if p.unjudged),
+        "not_judged": [{"id": p.id, "line": p.line, "n_responses": len(p.responses),
+                        "reason": p.unjudged} for p in problems if p.unjudged],
     }
 
 
@@ -368,7 +433,13 @@ def error_message(
         for p, j, r in failed[:limit]
     )
     total = sum(len(p.responses) for p in problems)
-    return (f"{len(failed)} of {total} responses could not be scored "
+    unjudged = [p for p in problems if p.unjudged]
+    head = ""
+    if unjudged:
+        named = "; ".join(f"{p.id!r}: {p.unjudged}" for p in unjudged[:limit])
+        more = f" and {len(unjudged) - limit} more" if len(unjudged) > limit else ""
+        head = f"{len(unjudged)} problems could not be judged ({named}{more}). "
+    return (f"{head}{len(failed)} of {total} responses could not be scored "
             f"({', '.join(f'{s}: {n}' for s, n in sorted(counts.items()))}), e.g. {examples}. "
             "Pass --allow-errors to count them as incorrect (--results-output lists them all).")
 
@@ -429,38 +500,62 @@ class Joined:
     """LiveCodeBench problems outside the contest-date window."""
     generations_outside_window: int
     """Generations whose problem lies outside the window (not scored)."""
+    generations_of_skipped_rows: list[str] = field(default_factory=list)
+    """Ids of generations whose problem row was skipped as invalid (``--skip-invalid``; not
+    scored)."""
+    unmatched_generations: list[str] = field(default_factory=list)
+    """Ids of generations naming no problem, left out because rows whose id could not be read
+    were skipped (they may be those rows'); otherwise such generations are an error."""
 
 
 def join_generations(rows: Loaded[ProblemRow], generations: Sequence[Generation],
                      lcb_profile: str, profile: str = "") -> Joined:
-    """Match each generation to its problem by id. Problems keep the problems files' order;
+    """Match each generation to its problem by id. Problems keep the problems files' order
+    (rows too large to judge, ``rows.too_large``, in their place, marked ``unjudged``);
     responses keep the order given. LiveCodeBench problems are judged under ``lcb_profile``,
-    the others under ``profile`` ("" = the server's default). Raises
-    VerifierError("invalid_argument") listing the generations that name no problem."""
-    known = {r.id for r in rows.problems} | {r.id for r in rows.outside_window}
-    unknown = [g for g in generations if g.id not in known]
-    if unknown:
+    the others under ``profile`` ("" = the server's default). Generations of rows skipped as
+    invalid are left out and named. Raises VerifierError("invalid_argument") listing the
+    generations that name no problem, unless rows whose id could not be read were skipped
+    (then they are left out and named: they may be those rows')."""
+    skipped_ids = {r.id for r in rows.skipped_rows if r.id is not None}
+    known = ({r.id for r in rows.problems} | {r.id for r in rows.outside_window}
+             | {e.problem.id for e in rows.too_large})
+    unknown = [g for g in generations if g.id not in known and g.id not in skipped_ids]
+    nameless_skipped = any(r.id is None for r in rows.skipped_rows)
+    if unknown and not nameless_skipped:
         shown = ", ".join(f"{g.id!r} ({g.where})" for g in unknown[:20])
         more = f" and {len(unknown) - 20} more" if len(unknown) > 20 else ""
         raise VerifierError(f"{len(unknown)} generations name problems that are not in the "
                             f"problems files: {shown}{more}", "invalid_argument")
+    if unknown:
+        log.warning("%d generations name no problem; left out, as rows whose id could not be "
+                    "read were skipped: %s", len(unknown), ", ".join(g.id for g in unknown[:10]),
+                    extra={"unmatched_generations": len(unknown)})
     by_id = {g.id: g for g in generations}
     outside_ids = {r.id for r in rows.outside_window}
+    unjudged = {e.problem.where: str(e) for e in rows.too_large}
+    ordered = list(rows.problems)
+    for e in reversed(rows.too_large):  # back in file order (positions never decrease)
+        ordered.insert(e.position, e.problem)
     problems: list[EvalProblem] = []
     lcb: dict[str, LcbQuestion] = {}
     missing: list[str] = []
-    for row in rows.problems:
+    for row in ordered:
         gen = by_id.get(row.id)
         if gen is None:
             missing.append(row.id)
             continue
         prof = lcb_profile if row.lcb is not None else profile
+        why = unjudged.get(row.where, "")
         problems.append(EvalProblem(len(problems) + 1, row.id, row.domain, row.ground_truth,
-                                row.data_source, list(gen.responses), Limits(), prof))
+                                    row.data_source, list(gen.responses), Limits(), prof, why))
         if row.lcb is not None:
             lcb[row.id] = row.lcb
+    mark_unjudgeable(problems)
     return Joined(problems, lcb, missing, len(rows.outside_window),
-                  sum(1 for g in generations if g.id in outside_ids))
+                  sum(1 for g in generations if g.id in outside_ids),
+                  [g.id for g in generations if g.id in skipped_ids and g.id not in known],
+                  [g.id for g in unknown])
 
 
 def _pass1_by(problems: Sequence[EvalProblem], results: dict[str, Result],
@@ -509,6 +604,16 @@ def print_report(summary: dict[str, Any], console: Console) -> None:
     console.print(eval_table(summary))
     if summary.get("lcb"):
         console.print(lcb_table(summary))
+    for entry in summary.get("not_judged") or []:
+        console.print(f"not judged: problem {entry['id']!r} ({entry['n_responses']} responses, "
+                      f"counted as incorrect): {entry['reason']}", highlight=False)
+    if summary.get("skipped_rows"):
+        console.print(f"{summary['skipped_rows']} invalid problem rows were skipped "
+                      f"({len(summary.get('generations_of_skipped_rows') or [])} of them had "
+                      "generations, left out)", highlight=False)
+    if summary.get("unmatched_generations"):
+        console.print(f"{len(summary['unmatched_generations'])} generations name no problem "
+                      "and were left out", highlight=False)
     if summary.get("outside_window"):
         console.print(f"{summary['outside_window']} LiveCodeBench problems outside the "
                       "contest-date window were left out", highlight=False)
@@ -566,10 +671,17 @@ class EvalConfig:
     k: int | None = None
     """k of avg@k / pass@k. Default: the smallest number of responses of any problem."""
     skip_invalid: bool = False
-    """Skip malformed lines or rows (counted in the summary) instead of failing."""
+    """Skip malformed lines, rows or generations entries (named and counted in the summary,
+    left out of every number) instead of failing on the first one (exit 1, naming its file
+    and line). A line that cannot be decoded at all (not JSON, not UTF-8, nested too deeply)
+    is malformed too."""
     allow_errors: bool = False
     """Count responses the verifier could not score (INVALID_INPUT, SANDBOX_ERROR,
-    INTERNAL_ERROR) as incorrect instead of failing."""
+    INTERNAL_ERROR) as incorrect and write the summary. That includes every response of a
+    problem that cannot be judged at all, named in the summary's not_judged (LiveCodeBench
+    tests that inflate past verifier.lcb.MAX_LCB_TESTS_BYTES, a ground truth over the
+    verifier's cap): INVALID_INPUT, never sent. Without it such responses fail the command
+    (exit 1) once the rest is scored: --results-output is written, the summary is not."""
     results_output: Path | None = None
     """Also write one JSON line per scored response (id, index, status, reward, detail)."""
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
@@ -607,16 +719,18 @@ def _write_json_lines(path: Path, records: Iterable[dict]) -> None:
 
 
 def _score(cfg: EvalConfig, problems: Sequence[EvalProblem]) -> dict[str, Result]:
-    """Score every response with a progress bar; write ``--results-output``; raise unless
-    every response was judged (or ``allow_errors``)."""
-    items = [p.item(j) for p in problems for j in range(len(p.responses))]
+    """Score every response with a progress bar (the responses of problems that cannot be
+    judged become INVALID_INPUT results here, unsent); write ``--results-output``; raise
+    unless every response was judged (or ``allow_errors``)."""
+    items = [p.item(j) for p in problems if not p.unjudged for j in range(len(p.responses))]
     console = Console(stderr=True)
     hidden = cfg.progress == "off" or (cfg.progress == "auto" and not console.is_terminal)
     with Progress(TextColumn("[bold]scoring"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, disable=hidden) as bar:
         task = bar.add_task("scoring", total=len(items))
-        results = score_items(items, cfg.addr, cfg.scoring, cfg.client,
-                              on_result=lambda _r: bar.advance(task))
+        results = (score_items(items, cfg.addr, cfg.scoring, cfg.client,
+                               on_result=lambda _r: bar.advance(task)) if items else {})
+    results.update(unjudged_results(problems))
     if cfg.results_output is not None:
         _write_json_lines(cfg.results_output, response_records(problems, results))
     problem = error_message(problems, results)
@@ -639,6 +753,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         return run_problems_eval(cfg)
     gens = read_generations(cfg.input, cfg.skip_invalid)
     k = resolve_k(gens.problems, cfg.k)
+    mark_unjudgeable(gens.problems)
     results = _score(cfg, gens.problems)
     summary = summarize(gens.problems, results, k, gens.skipped, cfg.allow_errors)
     summary["input"] = str(cfg.input)
@@ -654,11 +769,14 @@ def run_problems_eval(cfg: EvalConfig) -> dict[str, Any]:
     assert cfg.generations is not None
     window = cfg.lcb_window()
     try:
+        # keep_too_large: a row too large to judge is reported with its generations as not
+        # judged (INVALID_INPUT), like a response the verifier could not score, not a bad file.
         rows = load_rows(cfg.problem_files(), date_window=window, skip_invalid=cfg.skip_invalid,
-                         allow_empty=True)
+                         allow_empty=True, keep_too_large=True)
     except DataError as e:
         raise VerifierError(str(e), "invalid_argument") from None
-    fmt, generations = read_generations_file(cfg.generations)
+    fmt, generations, skipped_generations = read_generations_file(cfg.generations,
+                                                                  cfg.skip_invalid)
     joined = join_generations(rows, generations, cfg.lcb_profile)
     if joined.missing:
         log.warning("%d problems have no generation and are left out: %s", len(joined.missing),
@@ -666,16 +784,20 @@ def run_problems_eval(cfg: EvalConfig) -> dict[str, Any]:
     if not joined.problems:
         raise VerifierError(f"no problem of {cfg.problems} has a generation in "
                             f"{cfg.generations} ({len(joined.missing)} without one, "
-                            f"{joined.outside_window} outside the LiveCodeBench window)",
-                            "invalid_argument")
+                            f"{joined.outside_window} outside the LiveCodeBench window, "
+                            f"{rows.skipped} rows skipped as invalid)", "invalid_argument")
     k = resolve_k(joined.problems, cfg.k)
     results = _score(cfg, joined.problems)
-    summary = summarize(joined.problems, results, k, (), cfg.allow_errors)
+    summary = summarize(joined.problems, results, k, skipped_generations, cfg.allow_errors)
     summary.update({
         "problems_files": [str(p) for p in cfg.problem_files()],
         "generations": str(cfg.generations),
         "generations_format": fmt,
         "skipped_rows": rows.skipped,
+        "skipped_problem_rows": [{"where": r.where, "id": r.id, "reason": r.reason}
+                                 for r in rows.skipped_rows],
+        "generations_of_skipped_rows": joined.generations_of_skipped_rows,
+        "unmatched_generations": joined.unmatched_generations,
         "lcb_window": list(window) if window else None,
         "outside_window": joined.outside_window,
         "generations_outside_window": joined.generations_outside_window,

@@ -32,8 +32,20 @@ LCB_REPORT_WINDOW: tuple[str, str] = ("2024-08-01", "2025-02-01")
 LCB_DATA_SOURCE = "livecodebench"
 """``data_source`` of problems read from LiveCodeBench rows."""
 
-MAX_LCB_TESTS_BYTES = 1 << 30
-"""Largest decompressed size of one row's private tests (a zlib bomb is refused)."""
+MAX_LCB_TESTS_BYTES = 128 << 20
+"""Largest decompressed size of one compressed test field (128 MiB); a field over it is refused
+while it is being inflated (:func:`_inflate`), so a zlib bomb costs at most this much memory.
+
+Why 128 MiB: the largest rows of LiveCodeBench's releases hold tens of MB of private tests
+decompressed, and the verifier refuses any ground truth over
+``verifier.items.MAX_GROUND_TRUTH_CHARS`` (64 million characters) anyway; the ground truth
+holds the same strings as the tests' JSON text, less the per-test keys. Twice that cap leaves
+room for every real row the verifier could judge, while a row that does inflate to the bound
+costs a few times 128 MiB to parse (the bytes, the pickled string, the decoded lists), not
+gigabytes; the old bound, 1 GiB, let a 1.4 MB row cost 4.25 GB."""
+
+_INFLATE_CHUNK = 1 << 20
+"""Output of one ``decompress`` step while inflating (see :func:`_inflate`)."""
 
 LcbStyle = Literal["generic", "deepseek-r1"]
 LCB_STYLES: tuple[str, ...] = ("generic", "deepseek-r1")
@@ -71,29 +83,69 @@ def _unpickle_str(data: bytes) -> str:
     return text
 
 
+class OversizedTests(ValueError):
+    """Compressed test cases that inflate past :data:`MAX_LCB_TESTS_BYTES`: the row cannot be
+    judged (nothing in it need be malformed), which callers may report apart from bad rows."""
+
+
+def _json(text: str) -> Any:
+    """``json.loads``, with nesting too deep for the decoder reported as the ValueError every
+    caller handles: json raises RecursionError there (it is not a ValueError), and one row of
+    ``[[[[...`` would otherwise end a whole run."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to decode") from None
+
+
+def _inflate(raw: bytes, limit: int) -> bytes:
+    """``zlib.decompress(raw)``, refused with :class:`OversizedTests` as soon as the output passes
+    ``limit`` bytes: it is inflated in steps of ``_INFLATE_CHUNK`` (``max_length``), so a bomb
+    never holds more than ``limit`` plus one step, whatever it would inflate to. Truncated
+    data is a ValueError (it never holds a whole pickle)."""
+    d = zlib.decompressobj()
+    parts: list[bytes] = []
+    size = 0
+    pending = raw
+    while True:
+        try:
+            chunk = d.decompress(pending, _INFLATE_CHUNK)
+        except zlib.error as e:
+            raise ValueError(f"base64 but not zlib data: {e}") from None
+        size += len(chunk)
+        if size > limit:
+            raise OversizedTests(f"the compressed tests inflate past {limit} bytes "
+                                "(verifier.lcb.MAX_LCB_TESTS_BYTES); not decoded further")
+        parts.append(chunk)
+        pending = d.unconsumed_tail
+        if d.eof:
+            break
+        if not pending and not chunk:  # all input used, nothing more comes out: cut short
+            raise ValueError("truncated zlib data")
+    data = b"".join(parts)
+    del parts
+    return data
+
+
 def decode_lcb_tests(value: Any) -> list[dict[str, Any]]:
     """LiveCodeBench test cases: a JSON list (or JSON text of one), or the release files'
     compressed form ``base64(zlib(pickle(json_text)))``, decoded without unpickling (see
-    :func:`_unpickle_str`). Raises ValueError naming what is wrong."""
+    :func:`_unpickle_str`) and inflated only up to :data:`MAX_LCB_TESTS_BYTES` (see
+    :func:`_inflate`). Raises ValueError naming what is wrong; :class:`OversizedTests` (a
+    ValueError) when the compressed form inflates past the bound."""
     if isinstance(value, list):
         tests = value
     elif isinstance(value, str):
         s = value.strip()
         if s.startswith("["):
-            tests = json.loads(s)
+            tests = _json(s)
         else:
             try:
                 raw = base64.b64decode(s, validate=True)
             except ValueError as e:
                 raise ValueError(f"neither JSON nor base64: {e}") from None
-            d = zlib.decompressobj()
-            try:
-                data = d.decompress(raw, MAX_LCB_TESTS_BYTES)
-            except zlib.error as e:
-                raise ValueError(f"base64 but not zlib data: {e}") from None
-            if d.unconsumed_tail:
-                raise ValueError(f"decompressed tests exceed {MAX_LCB_TESTS_BYTES} bytes")
-            tests = json.loads(_unpickle_str(data))
+            # Read the bound here, not as a default argument: tests lower it to keep bombs small.
+            tests = _json(_unpickle_str(_inflate(raw, MAX_LCB_TESTS_BYTES)))
     else:
         raise ValueError(f"expected a JSON string, got {type(value).__name__}")
     if not isinstance(tests, list) or not all(isinstance(t, dict) for t in tests):
@@ -182,10 +234,10 @@ def is_lcb_row(row: dict[str, Any]) -> bool:
                                           or "private_test_cases" in row)
 
 
-def parse_lcb_row(row: dict[str, Any]) -> tuple[str, dict[str, Any], LcbQuestion]:
-    """``(question_id, ground truth, question)`` of a release row: public + private tests
-    (compressed or not) made into the verifier's ground truth. Raises ValueError naming the
-    field that is wrong (the caller adds the file and row)."""
+def parse_lcb_head(row: dict[str, Any]) -> tuple[str, LcbQuestion]:
+    """``(question_id, question)`` of a release row, its test cases left alone: what the
+    contest-date window needs, so a row left out by date is never decompressed (a zlib bomb
+    outside the window costs nothing). Raises ValueError naming the field that is wrong."""
     qid = row.get("question_id")
     if qid is None or isinstance(qid, bool) or not isinstance(qid, (str, int)):
         raise ValueError("missing 'question_id'")
@@ -196,6 +248,18 @@ def parse_lcb_row(row: dict[str, Any]) -> tuple[str, dict[str, Any], LcbQuestion
         date = parse_date(row.get("contest_date"))
     except ValueError as e:
         raise ValueError(f"bad 'contest_date': {e}") from None
+    starter = row.get("starter_code") or ""
+    if not isinstance(starter, str):
+        raise ValueError("'starter_code' must be a string")
+    question = LcbQuestion(content, starter, date, str(row.get("platform") or ""),
+                           str(row.get("difficulty") or ""))
+    return str(qid), question
+
+
+def parse_lcb_tests(row: dict[str, Any]) -> dict[str, Any]:
+    """The verifier's ground truth of a release row: public + private tests (compressed or
+    not) with ``metadata.func_name``. Raises ValueError naming the field that is wrong, and
+    :class:`OversizedTests` (a ValueError) for tests that inflate past the bound."""
     tests: list[dict[str, Any]] = []
     for key in ("public_test_cases", "private_test_cases"):
         value = row.get(key)
@@ -203,6 +267,8 @@ def parse_lcb_row(row: dict[str, Any]) -> tuple[str, dict[str, Any], LcbQuestion
             continue
         try:
             tests += decode_lcb_tests(value)
+        except OversizedTests as e:
+            raise OversizedTests(f"{key!r}: {e}") from None
         except ValueError as e:
             raise ValueError(f"bad {key!r}: {e}") from None
     if not tests:
@@ -210,18 +276,20 @@ def parse_lcb_row(row: dict[str, Any]) -> tuple[str, dict[str, Any], LcbQuestion
     meta = row.get("metadata") or {}
     if isinstance(meta, str):
         try:
-            meta = json.loads(meta) if meta.strip() else {}
+            meta = _json(meta) if meta.strip() else {}
         except ValueError as e:
             raise ValueError(f"'metadata' is not valid JSON: {e}") from None
     if not isinstance(meta, dict):
         raise ValueError("'metadata' must be an object")
-    gt = lcb_ground_truth(tests, meta.get("func_name"))
-    starter = row.get("starter_code") or ""
-    if not isinstance(starter, str):
-        raise ValueError("'starter_code' must be a string")
-    question = LcbQuestion(content, starter, date, str(row.get("platform") or ""),
-                           str(row.get("difficulty") or ""))
-    return str(qid), gt, question
+    return lcb_ground_truth(tests, meta.get("func_name"))
+
+
+def parse_lcb_row(row: dict[str, Any]) -> tuple[str, dict[str, Any], LcbQuestion]:
+    """``(question_id, ground truth, question)`` of a release row (:func:`parse_lcb_head`, then
+    :func:`parse_lcb_tests`). Raises ValueError naming the field that is wrong (the caller adds
+    the file and row)."""
+    qid, question = parse_lcb_head(row)
+    return qid, parse_lcb_tests(row), question
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,20 +15,25 @@ Three row formats, recognised per row (so a JSONL or parquet file may hold any o
 The verifier owns these formats because it judges these problems (``verifier eval
 --problems``); the trainer imports them and adds prompts (trainer/data.py). A malformed row is a
 :class:`DataError` naming the file and row, or, with ``skip_invalid``, skipped and counted
-(never a silent drop). LiveCodeBench rows outside the contest-date window are counted apart.
+(never a silent drop); whatever a row makes the parsers raise (a RecursionError from JSON
+nested thousands deep included) is that row's DataError, never the whole read's. A row whose
+tests inflate past the bound is a :class:`TooLarge` DataError (kept apart on request, for
+``verifier eval`` to report as not judged). LiveCodeBench rows outside the contest-date window
+are counted apart, and their tests are never decoded.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Generic, Literal, Sequence, TypeVar
+from typing import Any, Callable, Generic, Iterator, Literal, Sequence, TypeVar
 
 from verifier.ground_truth import BadGroundTruth, parse_ground_truth
-from verifier.lcb import (LCB_DATA_SOURCE, LCB_REPORT_WINDOW, LcbQuestion, in_window,
-                          is_lcb_row, parse_lcb_row)
+from verifier.lcb import (LCB_DATA_SOURCE, LCB_REPORT_WINDOW, LcbQuestion, OversizedTests,
+                          in_window, is_lcb_row, parse_lcb_head, parse_lcb_tests)
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +43,21 @@ T = TypeVar("T")
 
 class DataError(ValueError):
     """A data file or row that cannot be used; the message names the file and row."""
+
+
+@contextmanager
+def _row_errors(where: str) -> Iterator[None]:
+    """Make any exception raised while decoding one row that row's DataError. A row is
+    untrusted input: JSON nested thousands deep makes json (and anything that walks it) raise
+    RecursionError, which is no ValueError, and one such row must not end a whole read."""
+    try:
+        yield
+    except DataError:
+        raise
+    except RecursionError:
+        raise DataError(f"{where}: nested too deeply to decode (RecursionError)") from None
+    except Exception as e:  # noqa: BLE001 - whatever a hostile row makes a parser raise
+        raise DataError(f"{where}: cannot be read: {type(e).__name__}: {e}") from None
 
 
 @dataclass
@@ -62,6 +82,17 @@ class ProblemRow:
     """The LiveCodeBench question (LiveCodeBench rows only)."""
 
 
+class TooLarge(DataError):
+    """A row whose tests inflate past ``verifier.lcb.MAX_LCB_TESTS_BYTES``: nothing need be
+    wrong with it, but it cannot be judged. ``problem`` is the row without its ground truth
+    (None), so ``verifier eval`` can report it, with its generations, as not judged."""
+
+    def __init__(self, message: str, problem: ProblemRow):
+        super().__init__(message)
+        self.problem = problem
+        self.position = 0  # how many problems load_rows had read before it: its place
+
+
 # ---------------------------------------------------------------------------------------------
 # Ground truths
 # ---------------------------------------------------------------------------------------------
@@ -76,7 +107,7 @@ def check_math_truth(gt: Any, where: str) -> Any:
         if s.startswith("["):
             try:
                 decoded = json.loads(s)
-            except ValueError:
+            except (ValueError, RecursionError):  # then an answer string, judged as written
                 decoded = None
             if decoded == []:
                 raise DataError(f"{where}: ground truth is an empty JSON list")
@@ -100,6 +131,9 @@ def check_code_truth(gt: Any, where: str) -> dict[str, Any]:
     if isinstance(gt, str):
         try:
             gt = json.loads(gt)
+        except RecursionError:  # json's depth bound; not a ValueError
+            raise DataError(f"{where}: code ground truth is not valid JSON: nested too deeply "
+                            "to decode") from None
         except ValueError as e:
             raise DataError(f"{where}: code ground truth is not valid JSON: {e}") from None
     if not isinstance(gt, dict):
@@ -126,16 +160,60 @@ def row_format(row: dict[str, Any]) -> RowFormat:
     return "plain"
 
 
-def _lcb_row(row: dict[str, Any], where: str) -> ProblemRow:
+def _lcb_head(row: dict[str, Any], where: str) -> ProblemRow:
+    """A LiveCodeBench row without its ground truth (None): its tests are not decoded."""
     try:
-        qid, gt, question = parse_lcb_row(row)
+        qid, question = parse_lcb_head(row)
     except ValueError as e:
         raise DataError(f"{where}: {e}") from None
-    gt = check_code_truth(gt, where)
     extra = {k: row.get(k) for k in ("platform", "difficulty", "contest_id", "question_title")
              if row.get(k) is not None}
     extra["contest_date"] = question.contest_date.isoformat()
-    return ProblemRow(qid, "code", gt, LCB_DATA_SOURCE, "lcb", where, None, extra, question)
+    return ProblemRow(qid, "code", None, LCB_DATA_SOURCE, "lcb", where, None, extra, question)
+
+
+def _lcb_tests(row: dict[str, Any], head: ProblemRow) -> ProblemRow:
+    """``head`` (:func:`_lcb_head`) with the ground truth decoded from the row's tests;
+    :class:`TooLarge` for tests over the bound."""
+    try:
+        gt = parse_lcb_tests(row)
+    except OversizedTests as e:
+        raise TooLarge(f"{head.where}: {e}", head) from None
+    except ValueError as e:
+        raise DataError(f"{head.where}: {e}") from None
+    head.ground_truth = check_code_truth(gt, head.where)
+    return head
+
+
+def _verl_id(row: dict[str, Any], extra: dict[str, Any], index: int) -> Any:
+    """A verl row's ``id``, else ``"{data_source}-{extra_info.index|id|position}"``."""
+    pid = row.get("id")
+    if pid is None:
+        local = next((extra[k] for k in ("index", "id") if extra.get(k) is not None), index)
+        pid = f"{row.get('data_source') or 'row'}-{local}"
+    return pid
+
+
+def row_id(row: Any, index: int = 0) -> str | None:
+    """The id ``row`` names under :func:`parse_row`'s rules whatever else is wrong with it, or
+    None when it names none usable. Never raises: it names rows that were refused (so that
+    ``verifier eval`` can tell their generations from generations naming no problem)."""
+    try:
+        if not isinstance(row, dict):
+            return None
+        fmt = row_format(row)
+        if fmt == "lcb":
+            pid = row.get("question_id")
+        elif fmt == "verl":
+            extra = row.get("extra_info")
+            pid = _verl_id(row, extra if isinstance(extra, dict) else {}, index)
+        else:
+            pid = row.get("id")
+        if pid is None or isinstance(pid, bool) or not isinstance(pid, (str, int)):
+            return None
+        return str(pid)
+    except Exception:  # noqa: BLE001 - e.g. RecursionError formatting a hostile extra_info.index
+        return None
 
 
 def parse_row(row: Any, where: str, index: int = 0) -> ProblemRow:
@@ -145,7 +223,7 @@ def parse_row(row: Any, where: str, index: int = 0) -> ProblemRow:
         raise DataError(f"{where}: a row must be an object")
     fmt = row_format(row)
     if fmt == "lcb":
-        return _lcb_row(row, where)
+        return _lcb_tests(row, _lcb_head(row, where))
     extra: dict[str, Any] = {}
     if fmt == "verl":
         rm = row.get("reward_model")
@@ -162,10 +240,7 @@ def parse_row(row: Any, where: str, index: int = 0) -> ProblemRow:
         extra = row.get("extra_info") or {}
         if not isinstance(extra, dict):
             raise DataError(f"{where}: 'extra_info' must be an object")
-        pid = row.get("id")
-        if pid is None:
-            local = next((extra[k] for k in ("index", "id") if extra.get(k) is not None), index)
-            pid = f"{row.get('data_source') or 'row'}-{local}"
+        pid = _verl_id(row, extra, index)
     else:
         ground_truth = row.get("ground_truth")
         domain = row.get("domain", "math")
@@ -209,13 +284,22 @@ def read_rows(path: str | Path) -> list[tuple[str, int, Any]]:
             raise DataError(f"{path}: not a readable parquet file: {e}") from None
         return [(f"{path}: row {i}", i, r) for i, r in enumerate(rows)]
     out: list[tuple[str, int, Any]] = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+    # Bytes, decoded line by line: a line that is not UTF-8 is that line's error, where a text
+    # file object would raise from the loop itself and end the whole read.
+    with path.open("rb") as f:
+        for lineno, data in enumerate(f, 1):
             where = f"{path}: line {lineno}"
             try:
+                line = data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                out.append((where, len(out), DataError(f"{where}: not UTF-8 text: {e}")))
+                continue
+            if not line.strip():
+                continue
+            try:
                 row: Any = json.loads(line)
+            except RecursionError:  # not a ValueError: json's depth bound
+                row = DataError(f"{where}: not valid JSON: nested too deeply to decode")
             except ValueError as e:
                 row = DataError(f"{where}: not valid JSON: {e}")
             out.append((where, len(out), row))
@@ -243,6 +327,16 @@ class Row(Generic[T]):
 
 
 @dataclass
+class Skipped:
+    """A row left out as invalid (``skip_invalid``)."""
+
+    where: str
+    id: str | None
+    """The id the row names (:func:`row_id`), None when it names none."""
+    reason: str
+
+
+@dataclass
 class Loaded(Generic[T]):
     """The problems of some files, and what was left out."""
 
@@ -250,9 +344,15 @@ class Loaded(Generic[T]):
     skipped: int
     """Malformed rows skipped because ``skip_invalid`` was set."""
     outside_window: list[ProblemRow] = field(default_factory=list)
-    """LiveCodeBench problems left out by the contest-date window (parsed and checked)."""
+    """LiveCodeBench problems left out by the contest-date window: id, question and where, but
+    no ground truth (None; their tests are never decoded)."""
     rows: list[Row[T]] = field(default_factory=list)
     """Every row read, in file order, when loaded with ``keep_rows`` (else empty)."""
+    skipped_rows: list[Skipped] = field(default_factory=list)
+    """The ``skipped`` rows: where, the id each names, and why."""
+    too_large: list[TooLarge] = field(default_factory=list)
+    """Rows too large to judge, each with its row (``.problem``, no ground truth), when loaded
+    with ``keep_too_large`` (otherwise they are bad rows like any other)."""
 
 
 def _identity(row: ProblemRow) -> Any:
@@ -262,22 +362,28 @@ def _identity(row: ProblemRow) -> Any:
 def load_rows(paths: Sequence[str | Path] | str | Path, *,
               date_window: tuple[str | None, str | None] | None = LCB_REPORT_WINDOW,
               skip_invalid: bool = False, allow_empty: bool = False, keep_rows: bool = False,
+              keep_too_large: bool = False,
               convert: Callable[[ProblemRow], T] = _identity) -> Loaded[T]:
     """Every row of ``paths`` (parquet or JSONL, any format), in order, each passed through
     ``convert`` (which may raise DataError too: the trainer builds its prompts there).
 
-    ``date_window`` applies to LiveCodeBench rows only (None keeps them all). ``keep_rows``
-    also returns every raw row (for tools that write the data back; off by default, as a large
-    code set would be held twice). Raises DataError naming the file and row for a malformed
-    row (unless ``skip_invalid``), for a duplicate problem id (outside-window rows included),
-    and when no problem is left (unless ``allow_empty``).
+    ``date_window`` applies to LiveCodeBench rows only (None keeps them all); it is applied
+    before a row's tests are decoded, so a row left out by date is never decompressed.
+    ``keep_rows`` also returns every raw row (for tools that write the data back; off by
+    default, as a large code set would be held twice). ``keep_too_large`` returns the rows
+    whose tests inflate past the bound (:class:`TooLarge`) in ``Loaded.too_large`` instead of
+    treating them as bad rows. Raises DataError naming the file and row for a malformed row
+    (unless ``skip_invalid``; anything a row makes the parsers raise counts, see
+    :func:`_row_errors`), for a duplicate problem id (outside-window rows included), and when
+    no problem is left (unless ``allow_empty``).
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
     problems: list[T] = []
     rows: list[Row[T]] = []
     outside: list[ProblemRow] = []
-    skipped = 0
+    skipped: list[Skipped] = []
+    too_large: list[TooLarge] = []
     seen: dict[str, str] = {}
     for p in paths:
         for where, index, raw in read_rows(p):
@@ -287,34 +393,46 @@ def load_rows(paths: Sequence[str | Path] | str | Path, *,
             try:
                 if isinstance(raw, Exception):
                     raise raw
-                parsed = parse_row(raw, where, index)
-                if parsed.id in seen:
-                    raise DataError(f"{where}: duplicate id {parsed.id!r} "
-                                    f"(first at {seen[parsed.id]})")
-                if parsed.lcb is not None and not in_window(parsed.lcb.contest_date,
-                                                            date_window):
-                    seen[parsed.id] = where
-                    rec.outside_window = True
-                    outside.append(parsed)
-                    continue
+                with _row_errors(where):
+                    # A LiveCodeBench row's head first: the duplicate check and the window
+                    # need no tests, and a row left out must not be decompressed (a bomb).
+                    lcb = isinstance(raw, dict) and row_format(raw) == "lcb"
+                    parsed = _lcb_head(raw, where) if lcb else parse_row(raw, where, index)
+                    if parsed.id in seen:
+                        raise DataError(f"{where}: duplicate id {parsed.id!r} "
+                                        f"(first at {seen[parsed.id]})")
+                    if parsed.lcb is not None and not in_window(parsed.lcb.contest_date,
+                                                                date_window):
+                        seen[parsed.id] = where
+                        rec.outside_window = True
+                        outside.append(parsed)
+                        continue
+                    if lcb:
+                        parsed = _lcb_tests(raw, parsed)
                 prob = convert(parsed)
             except DataError as e:
+                if isinstance(e, TooLarge) and keep_too_large:
+                    e.position = len(problems)
+                    seen[e.problem.id] = where
+                    rec.error = str(e)
+                    too_large.append(e)
+                    log.warning("row too large to judge: %s", e)
+                    continue
                 if not skip_invalid:
                     raise
                 rec.error = str(e)
-                skipped += 1
+                skipped.append(Skipped(where, row_id(raw, index), str(e)))
                 log.warning("skipping invalid row: %s", e)
                 continue
             seen[parsed.id] = where
             rec.problem = prob
             problems.append(prob)
     if skipped:
-        log.warning("skipped %d invalid rows", skipped, extra={"skipped": skipped})
+        log.warning("skipped %d invalid rows", len(skipped), extra={"skipped": len(skipped)})
     if outside:
         log.info("left out %d LiveCodeBench problems outside the contest-date window %s",
                  len(outside), date_window, extra={"outside_window": len(outside)})
     if not problems and not allow_empty:
         why = f" ({len(outside)} outside the date window {date_window})" if outside else ""
         raise DataError(f"no usable problems in {[str(p) for p in paths]}{why}")
-    return Loaded(problems, skipped, outside, rows)
-
+    return Loaded(problems, len(skipped), outside, rows, skipped, too_large)
