@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Literal, Protocol, runtime_checkable
 
 __all__ = [
+    "CLOSED",
     "RunResult",
     "Sandbox",
     "SandboxLimits",
@@ -34,6 +35,16 @@ StdoutHook = Callable[[bytes], bool]
 (the process tree is killed and the result's status is "stopped"). While a hook is given the
 stdout is *streamed* to it and not kept in ``RunResult.stdout``; ``output_bytes`` still caps the
 total streamed."""
+
+JAIL_CPU_MS_PER_SEC = 1000
+"""CPU a jail may use, milliseconds per second of wall time, all its processes together (cgroup
+cpu controller, where the host has one): one core. A single-threaded program (every judged
+program) never needs more; a fork bomb's 32 spinning processes then share that one core, and
+the verifier's own threads (health checks, gRPC, math workers) keep the others."""
+
+
+CLOSED = "cancelled: the sandbox was closed"
+"""``RunResult.detail`` of a run that ``close()`` killed, or that was asked for after it."""
 
 
 class SandboxUnavailable(Exception):
@@ -134,6 +145,12 @@ class Sandbox(Protocol):
 
     def describe(self) -> str:
         """One line: what this sandbox enforces here (for the start-up log)."""
+        ...
+
+    def close(self) -> None:
+        """Kill (SIGKILL) every run of this sandbox still in progress and refuse later ones:
+        each such ``run`` returns at once with status "error" and detail CLOSED. Idempotent,
+        callable from any thread; for a server that is stopping."""
         ...
 
 

@@ -2,8 +2,8 @@
 
 Same limits as nsjail: ``network_mode=none``, read-only root filesystem, a size-capped tmpfs
 at /tmp (the working directory), uid/gid 65534, all capabilities dropped, no-new-privileges,
-memory (and memory+swap) limit, pids limit, rlimits for CPU time, file size and open files,
-and the wall deadline enforced from here (the container is killed and removed).
+memory (and memory+swap) limit, pids limit, one core of CPU for the container (as nsjail's
+``JAIL_CPU_MS_PER_SEC``), rlimits for CPU time, file size and open files, and the wall deadline enforced from here (the container is killed and removed).
 
 Input files travel on stdin in front of the program's own stdin (a small tar that a bootstrap
 extracts into /tmp before it ``exec``s the command), so the backend works with a remote engine
@@ -22,12 +22,13 @@ import select
 import socket
 import struct
 import tarfile
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from .base import (
-    RunResult, SandboxLimits, SandboxUnavailable, StdoutHook, ceil_s, check_file_name,
+    CLOSED, JAIL_CPU_MS_PER_SEC, RunResult, SandboxLimits, SandboxUnavailable, StdoutHook, ceil_s, check_file_name,
 )
 from .process import append_capped
 
@@ -56,6 +57,13 @@ def _tar(files: Mapping[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
+def _kill_quietly(api: Any, cid: str) -> None:
+    try:
+        api.kill(cid)
+    except Exception:  # already gone, or the engine refuses: the run's own cleanup removes it
+        pass
+
+
 def _shut(sock: socket.socket) -> None:
     try:
         sock.shutdown(socket.SHUT_RDWR)
@@ -79,11 +87,15 @@ class DockerSandbox:
         self.base_url = base_url
         self.runtime = runtime
         self._client_obj: Any = None
+        self._lock = threading.Lock()
+        self._containers: set[str] = set()  # ids of the containers of runs in progress
+        self._killed: set[str] = set()  # those close() killed
+        self._closed = False
 
     def describe(self) -> str:
         return (
             f"docker ({self._where()}), image {self.image}: network none, read-only root, "
-            "uid 65534, no capabilities, memory/pids limits"
+            "uid 65534, no capabilities, memory/pids/cpu limits"
         )
 
     def _where(self) -> str:
@@ -135,6 +147,31 @@ class DockerSandbox:
                 f"docker self-test failed: {res.status} {res.detail} {res.stdout[-200:]!r} {res.stderr[-300:]!r}"
             )
 
+    def close(self) -> None:
+        """Kill the containers of the runs still in progress (each ``run`` then returns with
+        status "error", detail CLOSED, and removes its container as usual) and refuse later
+        runs. Idempotent, callable from any thread."""
+        with self._lock:
+            self._closed = True
+            running = list(self._containers)
+            self._killed.update(running)
+        if running:
+            api = self._client().api
+            for cid in running:
+                _kill_quietly(api, cid)
+
+    def _track(self, cid: str) -> bool:
+        """Count a created container as running; False (not started) once closed."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._containers.add(cid)
+            return True
+
+    def _was_killed(self, container: Any) -> bool:
+        with self._lock:
+            return container is not None and container["Id"] in self._killed
+
     def run(
         self,
         argv: list[str],
@@ -145,6 +182,8 @@ class DockerSandbox:
         on_stdout: StdoutHook | None = None,
     ) -> RunResult:
         lim = limits or SandboxLimits()
+        if self._closed:
+            return RunResult("error", detail=CLOSED)
         start = time.monotonic()
         deadline = start + lim.wall_s
         try:
@@ -162,6 +201,8 @@ class DockerSandbox:
             mem_limit=lim.memory_mb * 1024 * 1024,
             memswap_limit=lim.memory_mb * 1024 * 1024,
             pids_limit=lim.max_procs,
+            # One core for all the container's processes, as nsjail's JAIL_CPU_MS_PER_SEC.
+            nano_cpus=JAIL_CPU_MS_PER_SEC * 1_000_000,
             read_only=True,
             tmpfs={
                 "/tmp": f"rw,exec,nosuid,nodev,size={lim.scratch_mb}m,"
@@ -218,6 +259,8 @@ class DockerSandbox:
             assert config["StdinOnce"] is True and config["AttachStdin"] is True
             container = api.create_container_from_config(config)
             cid = container["Id"]
+            if not self._track(cid):
+                return RunResult("error", detail=CLOSED)  # closed meanwhile: never started
             sock_obj = api.attach_socket(
                 cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
             )
@@ -315,16 +358,22 @@ class DockerSandbox:
         except SandboxUnavailable as e:
             return RunResult("error", detail=str(e))
         except Exception as e:  # the engine failed: not the program's fault
+            if self._was_killed(container):  # close() killed it under the calls about it
+                return RunResult("error", detail=CLOSED)
             return RunResult("error", detail=f"docker: {type(e).__name__}: {e}")
         finally:
             if sock is not None:
                 _shut(sock)
                 sock.close()
             if container is not None:
+                with self._lock:
+                    self._containers.discard(container["Id"])
                 try:
                     api.remove_container(container["Id"], force=True)
                 except Exception:
                     pass
+        if self._was_killed(container) and (exit_code is None or sig is not None):
+            return RunResult("error", detail=CLOSED)  # killed by close(), not ended by itself
         return RunResult(
             status=status,  # type: ignore[arg-type]
             exit_code=exit_code,

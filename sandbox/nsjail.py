@@ -35,14 +35,14 @@ import re
 import shutil
 import signal
 import sys
-import tempfile
 import threading
-import weakref
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import uidpool
+from . import scratch, uidpool
 from .base import (
+    CLOSED,
+    JAIL_CPU_MS_PER_SEC,
     RunResult,
     SandboxLimits,
     SandboxUnavailable,
@@ -50,7 +50,7 @@ from .base import (
     ceil_s,
     check_file_name,
 )
-from .process import ProcessOutcome, run_process
+from .process import ProcessOutcome, RunningProcesses, run_process
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,9 @@ the pool is too small for the concurrency."""
 # extra mount.
 _POLICY_RO_DIRS = ("/usr", "/lib", "/lib64", "/bin")
 _CGROUP_DIR_NAME = "magic-rlvr-sandbox"
+FILES_DIR_PREFIX = "magic-sandbox-files-"
+"""The host directory of a sandbox's input files (the harness): ``<tmp>/<prefix><pid>-<random>``,
+owned and locked by its process (sandbox/scratch.py); swept when that process is dead."""
 # The packages judged programs may import beyond the standard library (numpy, for judging
 # profiles that reproduce LiveCodeBench's environment): installed by `make setup` into this
 # directory of the repository, mounted read-only into every jail at PACKAGES_MOUNT.
@@ -143,7 +146,8 @@ class NsjailSandbox:
     (policy file), ``python`` (interpreter inside the jail), ``cgroup`` ("auto", "v2", "v1",
     "off"), ``uids`` (the outside uid pool, ``BASE:COUNT`` or ``single``; default the
     ``MAGIC_SANDBOX_UIDS`` environment variable, else ``sandbox.uidpool.DEFAULT_UIDS``).
-    Thread-safe: one instance serves all worker threads.
+    Thread-safe: one instance serves all worker threads; ``close()`` (from any thread) kills
+    the jails still running and refuses new runs.
     """
 
     name = "nsjail"
@@ -173,11 +177,12 @@ class NsjailSandbox:
         self._cgroup_args: list[str] = []
         self._cgroup_mode = "off"
         self._cgroup_note = "not probed yet"
+        self.cpu_cap = False  # the jails' CPU cap (JAIL_CPU_MS_PER_SEC) is in force
         self._host_ro: list[str] = []
         self._lock = threading.Lock()
-        self._files_dir: str | None = None
+        self._files_dir: scratch.OwnedDir | None = None
         self._files_cache: dict[str, str] = {}
-        self._finalizer: weakref.finalize | None = None
+        self._running = RunningProcesses()
         prefix = self._python_prefix()
         if prefix:
             self._host_ro.append(prefix)
@@ -185,6 +190,9 @@ class NsjailSandbox:
         self.packages_path: str | None = PACKAGES_MOUNT if pkg.is_dir() else None
         """Where the extra packages (numpy) are inside a jail, or None when not installed."""
         self._packages_dir = str(pkg) if pkg.is_dir() else None
+        # The input-file directories of verifier processes that were killed (SIGKILL runs no
+        # cleanup); a live neighbour's are locked and kept (sandbox/scratch.py).
+        scratch.sweep_dead(FILES_DIR_PREFIX)
 
     # -- public interface ------------------------------------------------------------------
 
@@ -194,6 +202,8 @@ class NsjailSandbox:
             "v1": "cgroup v1 memory+pids",
             "off": "rlimits only",
         }[self._cgroup_mode]
+        if self._cgroup_mode != "off":
+            limits += f"+cpu ({JAIL_CPU_MS_PER_SEC} ms/s)" if self.cpu_cap else " (no CPU cap)"
         outside = (
             f"outside uid per jail from {self.uid_pool.range}"
             if self.uid_pool
@@ -298,6 +308,8 @@ class NsjailSandbox:
         on_stdout: StdoutHook | None = None,
     ) -> RunResult:
         lim = limits or SandboxLimits()
+        if self._running.closed:
+            return RunResult("error", detail=CLOSED)
         if not argv:
             return RunResult("error", detail="empty argv")
         try:
@@ -313,6 +325,17 @@ class NsjailSandbox:
         except uidpool.PoolExhausted as e:
             return RunResult("error", detail=str(e))
         return self._result(out, lim)
+
+    def close(self) -> None:
+        """SIGKILL every jail of this sandbox that is still running (their ``run`` calls return
+        at once with status "error", detail CLOSED), make later ``run`` calls do the same
+        without starting anything, and remove the input-file directory. Idempotent; for a
+        server that is stopping (cancelled samples must not run out their wall limits)."""
+        self._running.close()
+        with self._lock:
+            if self._files_dir is not None:
+                self._files_dir.remove()
+            self._files_dir, self._files_cache = None, {}
 
     # -- internals -------------------------------------------------------------------------
 
@@ -332,6 +355,7 @@ class NsjailSandbox:
                 env={"PATH": "/usr/bin:/bin"},
                 log_fd_arg=True,
                 stop_signal=signal.SIGTERM,
+                running=self._running,
             )
         finally:
             # The jail may still be dying (nsjail killed): the pool hands the uid out again only
@@ -399,6 +423,9 @@ class NsjailSandbox:
         if out.spawn_error:
             res.status, res.detail = "error", out.spawn_error
             return res
+        if out.cancelled:
+            res.status, res.detail = "error", CLOSED
+            return res
         m_exit = _EXIT_RE.search(out.log)
         m_sig = _SIG_RE.search(out.log)
         if m_exit:
@@ -457,11 +484,11 @@ class NsjailSandbox:
             if path is not None and os.path.exists(path):
                 return path
             if self._files_dir is None:
-                d = tempfile.mkdtemp(prefix="magic-sandbox-files-")
-                os.chmod(d, 0o711)
-                self._files_dir = d
-                self._finalizer = weakref.finalize(self, shutil.rmtree, d, True)
-            path = os.path.join(self._files_dir, key)
+                if self._running.closed:
+                    raise OSError(CLOSED)
+                # 0o711: the jail's uid reaches the files by name, and cannot list them.
+                self._files_dir = scratch.OwnedDir(FILES_DIR_PREFIX, 0o711)
+            path = os.path.join(self._files_dir.path, key)
             tmp = path + f".{threading.get_ident()}.tmp"
             with open(tmp, "wb") as f:
                 f.write(data)
@@ -491,6 +518,7 @@ class NsjailSandbox:
             ok, why = self._check_cgroup(args)
             if ok:
                 self._cgroup_mode, self._cgroup_args, self._cgroup_note = mode, args, ""
+                self._add_cpu_cap(mode)
                 return
             notes.append(f"{mode}: {why}")
         self._cgroup_mode, self._cgroup_args = "off", []
@@ -505,6 +533,38 @@ class NsjailSandbox:
                 "jail is bounded by max_procs x memory_mb, not memory_mb",
                 self._cgroup_note,
             )
+
+    def _add_cpu_cap(self, mode: str) -> None:
+        """Add the CPU cap (JAIL_CPU_MS_PER_SEC) to the working cgroup arguments when the
+        host's cpu controller takes it; without one the jails keep their memory and pids
+        limits and the cap is reported missing (``cpu_cap``), never a reason to fail."""
+        self.cpu_cap = False
+        try:
+            extra = self._cpu_v1_args() if mode == "v1" else None
+        except OSError as e:
+            self._cgroup_note = f"no CPU cap: {e}"
+            return
+        if extra is None:
+            self._cgroup_note = "no CPU cap: no cpu controller to use"
+            return
+        base = self._cgroup_args
+        ok, why = self._check_cgroup(base + extra)
+        if ok:
+            self._cgroup_args, self.cpu_cap = base + extra, True
+        else:
+            self._cgroup_note = f"no CPU cap: {why}"
+
+    def _cpu_v1_args(self) -> list[str] | None:
+        mount = "/sys/fs/cgroup/cpu"
+        if not os.path.isfile(os.path.join(mount, "cpu.cfs_quota_us")):
+            return None
+        rel = _own_cgroup("cpu")
+        if rel is None:
+            return None
+        parent = _mk_cgroup(mount, rel)
+        _sweep_stale(os.path.join(mount, parent))
+        return ["--cgroup_cpu_mount", mount, "--cgroup_cpu_parent", parent,
+                "--cgroup_cpu_ms_per_sec", str(JAIL_CPU_MS_PER_SEC)]
 
     def _check_cgroup(self, args: list[str]) -> tuple[bool, str]:
         """Run a jail with the cgroup arguments and a tiny memory cap: it must start, and a

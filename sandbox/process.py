@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from .base import StdoutHook
 
-__all__ = ["ProcessOutcome", "append_capped", "run_process"]
+__all__ = ["ProcessOutcome", "RunningProcesses", "append_capped", "run_process"]
 
 _READ = 65536
 EXIT_GRACE_S = 0.5
@@ -50,7 +50,48 @@ class ProcessOutcome:
     stderr_truncated: bool = False
     hook_error: str = ""
     spawn_error: str = ""
+    cancelled: bool = False  # killed by RunningProcesses.close()
     extra: dict = field(default_factory=dict)
+
+
+class RunningProcesses:
+    """The processes a sandbox object has running (``run_process(..., running=)``), so that
+    ``close()`` can kill them all from another thread and refuse new ones."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: set[subprocess.Popen] = set()
+        self.closed = False
+
+    def add(self, proc: subprocess.Popen) -> bool:
+        """Track a started process; once closed, kill it at once instead (False)."""
+        with self._lock:
+            if self.closed:
+                _kill_group(proc)
+                return False
+            self._procs.add(proc)
+            return True
+
+    def discard(self, proc: subprocess.Popen) -> None:
+        """Stop tracking a process. Called BEFORE it is reaped: while it is tracked its pid
+        (and process group id) cannot be reused, so ``close()`` never kills a stranger."""
+        with self._lock:
+            self._procs.discard(proc)
+
+    def close(self) -> None:
+        """SIGKILL the process group of every tracked process (each ``run_process`` then
+        returns promptly, ``cancelled``) and kill any process added later."""
+        with self._lock:
+            self.closed = True
+            for proc in self._procs:
+                _kill_group(proc)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # started with start_new_session: pgid == pid
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def append_capped(buf: bytearray, data: bytes, limit: int) -> bool:
@@ -74,6 +115,7 @@ def run_process(
     preexec_fn: Callable[[], None] | None = None,
     stop_signal: int = signal.SIGKILL,
     log_bytes: int = 256 * 1024,
+    running: RunningProcesses | None = None,
 ) -> ProcessOutcome:
     """Run ``argv`` in a new session, feed ``stdin``, read stdout/stderr (each capped at
     ``output_bytes``; stdout streamed to ``on_stdout`` when given) until the process exits or
@@ -82,19 +124,28 @@ def run_process(
 
     With ``log_fd_arg`` a pipe is passed to the child and the literal ``{LOG_FD}`` in ``argv``
     is replaced by its descriptor number (nsjail's ``--log_fd``); its content comes back in
-    ``ProcessOutcome.log`` (capped)."""
+    ``ProcessOutcome.log`` (capped).
+
+    ``running``: the process is tracked there while it runs, so that ``running.close()`` from
+    another thread kills it (the outcome is then ``cancelled``)."""
     start = time.monotonic()
     started = _start(argv, env=env, cwd=cwd, log_fd_arg=log_fd_arg, preexec_fn=preexec_fn)
     if isinstance(started, ProcessOutcome):
         return started
     proc, log_r = started
+    if running is not None:
+        running.add(proc)  # closed already: killed at once, and the pump below sees it exit
     run = _Run(proc, log_r, stdin, deadline=start + wall_s, output_bytes=output_bytes,
-               on_stdout=on_stdout, log_bytes=log_bytes)
+               on_stdout=on_stdout, log_bytes=log_bytes, running=running)
     try:
         run.pump()
     finally:
         run.finish(stop_signal)
     out = run.outcome
+    # Killed by close(): SIGKILL (or not even reaped); one that ended by itself before keeps
+    # its result.
+    out.cancelled = (running is not None and running.closed
+                     and (out.returncode is None or out.returncode < 0))
     out.wall_s = time.monotonic() - start
     return out
 
@@ -144,8 +195,10 @@ class _Run:
     """One started process: its pipes, what was read from them, and why it was stopped."""
 
     def __init__(self, proc: subprocess.Popen, log_r: int, stdin: bytes, *, deadline: float,
-                 output_bytes: int, on_stdout: StdoutHook | None, log_bytes: int) -> None:
+                 output_bytes: int, on_stdout: StdoutHook | None, log_bytes: int,
+                 running: RunningProcesses | None = None) -> None:
         self.proc = proc
+        self.running = running
         self.log_r = log_r
         self.deadline = deadline
         self.output_bytes = output_bytes
@@ -290,6 +343,8 @@ class _Run:
         proc = self.proc
         if self.stop_reason or not _exited(proc):
             _stop(proc, stop_signal if self.stop_reason else signal.SIGKILL)
+        if self.running is not None:
+            self.running.discard(proc)  # before the reap frees its pid
         rc, cpu, rss = _reap(proc)
         # The process is gone; drain what is left in the log pipe without blocking.
         for f, tag in list(self.fds.items()):

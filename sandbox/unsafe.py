@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import resource
-import shutil
 import signal
 import sys
-import tempfile
 from collections.abc import Mapping
 
+from . import scratch
 from .base import (
+    CLOSED,
     RunResult,
     SandboxLimits,
     SandboxUnavailable,
@@ -24,8 +24,11 @@ from .base import (
     ceil_s,
     check_file_name,
 )
-from .process import run_process
+from .process import RunningProcesses, run_process
 
+WORK_DIR_PREFIX = "magic-unsafe-"
+"""A run's work directory: ``<tmp>/<prefix><pid>-<random>``, owned by its verifier process
+(sandbox/scratch.py)."""
 WARNING = (
     "UNSAFE SANDBOX: model-written programs run WITHOUT ISOLATION (host files, network, "
     "processes are all reachable). Development only; never expose this verifier."
@@ -38,6 +41,8 @@ class UnsafeSandbox:
 
     def __init__(self, python: str | None = None) -> None:
         self.python = python or sys.executable
+        self._running = RunningProcesses()
+        scratch.sweep_dead(WORK_DIR_PREFIX)  # left by verifier processes that were killed
 
     def describe(self) -> str:
         return f"unsafe-none: NO ISOLATION, rlimits only; python {self.python}"
@@ -61,7 +66,13 @@ class UnsafeSandbox:
         on_stdout: StdoutHook | None = None,
     ) -> RunResult:
         lim = limits or SandboxLimits()
-        work = tempfile.mkdtemp(prefix="magic-unsafe-")
+        if self._running.closed:
+            return RunResult("error", detail=CLOSED)
+        try:
+            owned = scratch.OwnedDir(WORK_DIR_PREFIX)
+        except OSError as e:
+            return RunResult("error", detail=f"cannot create a work directory: {e}")
+        work = owned.path
         try:
             for name, data in files.items():
                 path = os.path.join(work, check_file_name(name))
@@ -93,11 +104,12 @@ class UnsafeSandbox:
                 },
                 cwd=work,
                 preexec_fn=limit,
+                running=self._running,
             )
         except (OSError, ValueError) as e:
             return RunResult("error", detail=str(e))
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            owned.remove()
         res = RunResult(
             status="ok",
             stdout=out.stdout,
@@ -111,6 +123,8 @@ class UnsafeSandbox:
         rc = out.returncode
         if out.spawn_error:
             res.status, res.detail = "error", out.spawn_error
+        elif out.cancelled:
+            res.status, res.detail = "error", CLOSED
         elif out.hook_error:
             res.status, res.detail = "error", f"stdout hook failed: {out.hook_error}"
         elif out.stopped:
@@ -128,3 +142,7 @@ class UnsafeSandbox:
         else:
             res.exit_code = rc
         return res
+
+    def close(self) -> None:
+        """Kill the runs still in progress and refuse later ones (see base.Sandbox.close)."""
+        self._running.close()

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 
 from sandbox.nsjail import NsjailSandbox
 from tests.conftest_sandbox import (SUM_GT, SUM_OK, nsjail_sandbox, refuse_sandbox,  # noqa: F401
                                     respond)
+from verifier import code_score
 from verifier.code_score import score_code
 from verifier.ground_truth import BadGroundTruth, parse_ground_truth
+from verifier.harness import framing
 from verifier.output_compare import outputs_match, values_match
-from verifier.items import Item, Limits, Status
+from verifier.items import PROFILES, Item, Limits, Status
+from verifier.profiles import get_profile
 from verifier.scoring import Scorer, ScoringConfig
 
 
@@ -402,6 +406,77 @@ def test_broken_import_prefix_is_invalid_input(nsjail_sandbox):
     gt = dict(LEET_GT, import_prefix="import no_such_module_xyz")
     o = score(nsjail_sandbox, REVERSE_OK, gt)
     assert o.status is Status.INVALID_INPUT and "import_prefix" in o.detail
+
+
+# -- the smallest memory limit ----------------------------------------------------------------
+
+TRIVIAL = {
+    "stdio": ("a, b = map(int, input().split())\nprint(a + b)",
+              {"inputs": ["1 2\n"], "outputs": ["3\n"]}),
+    "call": ("class Solution:\n    def add(self, a, b):\n        return a + b\n",
+             {"inputs": ["1\n2"], "outputs": ["3"], "fn_name": "add"}),
+    "asserts": ("def add(a, b):\n    return a + b\n", {"assert_case": ["assert add(1, 2) == 3"]}),
+    "leetcode": ("class Solution:\n    def add(self, a, b):\n        return a + b\n",
+                 {"import_prefix": "",
+                  "test_code": "def check(candidate):\n    assert candidate(1, 2) == 3\n",
+                  "entry_point": "Solution().add"}),
+}
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("fmt", list(TRIVIAL))
+def test_a_trivial_program_is_judged_at_the_minimum_memory_limit(nsjail_sandbox, fmt, profile):
+    """At MIN_MEMORY_MB (the server's smallest accepted limit) the harness runs and a correct
+    program is CORRECT, in every format under every profile. (At 8 MiB it was RUNTIME_ERROR.)"""
+    code, gt = TRIVIAL[fmt]
+    o = score_code(respond(code), gt, Limits(memory_mb=code_score.MIN_MEMORY_MB), nsjail_sandbox,
+                   profile=get_profile(profile))
+    assert o.status is Status.CORRECT, o
+
+
+# -- the record stream -------------------------------------------------------------------------
+
+
+def _record(key: bytes, head: dict, blobs: list[bytes]) -> bytes:
+    """One authenticated record as the harness's Reporter frames it."""
+    text = json.dumps(dict(head, blobs=[len(b) for b in blobs])).encode()
+    frame = [framing.MAGIC, len(text).to_bytes(4, "big"), text, *blobs]
+    return b"".join(frame) + framing.hmac_sha256(key, frame)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"type": ["test"]},
+        {"type": {"test": 1}},
+        {"status": ["exited"]},
+        {"status": {"exited": 1}},
+        {"i": "0"},
+        {"status": "signal", "signal": [9]},
+        {"status": "timeout", "detail": {"why": 1}},
+        {"exit": "0"},
+        {"raised": 1},
+    ],
+    ids=repr,
+)
+def test_a_record_with_a_field_of_the_wrong_type_is_the_programs_failure(bad):
+    """Every header field the judge reads has its type checked: anything else is the program's
+    failure (RUNTIME_ERROR, "malformed"), never an exception in the judge (an unhashable
+    status used to raise TypeError there: SANDBOX_ERROR) and never ignored."""
+    spec = parse_ground_truth(SUM_GT)
+    judge = code_score._Judge(spec, True, code_score.run_inline, time.monotonic() + 10)
+    keys = [bytes([k]) * framing.KEY_BYTES for k in range(4)]
+    stream = code_score._Stream(keys, judge.on_record)
+    head = {"type": "test", "i": 0, "status": "exited", "exit": 0, "raised": False, "seq": 0}
+    assert stream.feed(_record(keys[0], {**head, **bad}, [b"3\n", b""])) is False
+    assert not stream.error
+    status, detail = judge.results[0]
+    assert status is Status.RUNTIME_ERROR and "malformed record" in detail, detail
+    # The same record, well-formed, is judged as usual.
+    judge = code_score._Judge(spec, True, code_score.run_inline, time.monotonic() + 10)
+    stream = code_score._Stream(keys, judge.on_record)
+    assert stream.feed(_record(keys[0], head, [b"3\n", b""])) is True
+    assert judge.results[0] == (Status.CORRECT, "")
 
 
 # -- the sandbox itself failing ----------------------------------------------------------------

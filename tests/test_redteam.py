@@ -31,10 +31,12 @@ from tests.conftest_sandbox import (  # noqa: F401
     respond,
     sandbox_pids,
 )
+from verifier import code_score
 from verifier.client import VerifierClient
 from verifier.code_score import score_code
 from verifier.items import PROFILES, Item, Limits, Status
 from verifier.math_score import quick_verdict
+from verifier.pool import DeadlinePool
 from verifier.profiles import get_profile
 from verifier.scoring import Scorer, ScoringConfig
 
@@ -793,6 +795,130 @@ def test_per_item_limits_have_server_side_maximums():
                     assert r.status is Status.INVALID_INPUT and "finite" in r.detail, (name, r)
 
 
+# -- 12. nothing of the program's is compiled or parsed in the judge's process ---------------
+
+# One call with 24,000 distinct keyword arguments (290 KB, under MAX_PROGRAM_CHARS): CPython
+# compiles it in quadratic time, about 3.5 s on this 2-core VM (10,000: 0.6 s; 20,000: 2.4 s),
+# all of it holding the GIL. It used to be compiled on the code thread before any deadline
+# (health checks stalled 38 s, a neighbour's 1 ms math item took 37 s).
+SLOW_COMPILE = "f(" + ",".join(f"a{i}={i}" for i in range(24_000)) + ")\n"
+SLOW_VERDICTS = (Status.TIMEOUT, Status.SYNTAX_ERROR, Status.RUNTIME_ERROR)
+# An assert holding an f-string of 60,000 fields: CPython 3.11 parses it (ast.parse, as the
+# ground truth's rewrite does) in quadratic time, about 2 s here.
+SLOW_PARSE_GT = {"assert_case": ["assert f(1) == f'" + "{x}" * 60_000 + "'"]}
+
+
+class GilWatch:
+    """A thread that ticks every 5 ms; ``longest`` is the longest gap between two ticks (how
+    long something held this process's GIL)."""
+
+    def __enter__(self) -> "GilWatch":
+        self.longest = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, daemon=True)
+        self._thread.start()
+        return self
+
+    def _tick(self) -> None:
+        last = time.monotonic()
+        while not self._stop.is_set():
+            time.sleep(0.005)
+            now = time.monotonic()
+            self.longest = max(self.longest, now - last)
+            last = now
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def test_slow_to_compile_program_does_not_hold_the_judges_gil(nsjail_sandbox):
+    """The program is compiled only in the jail, under the item's wall limit: the judging
+    thread waits (GIL released) and the verdict comes within the item's budget."""
+    baseline = sandbox_pids()
+    t = time.monotonic()
+    with GilWatch() as gil:
+        o = score_code(respond(SLOW_COMPILE), SUM_GT, Limits(timeout_s=2), nsjail_sandbox)
+    elapsed = time.monotonic() - t
+    assert gil.longest < 1.0, f"the judging process's GIL was held for {gil.longest:.2f} s"
+    assert o.status in SLOW_VERDICTS, o
+    assert elapsed < 2 + 3, elapsed  # the item's 2 s, plus the jail's start and stop
+    assert_no_leftovers(baseline)
+
+
+@pytest.fixture()
+def parse_pool():
+    """A worker pool like the scorer's compare pool: ``run_bounded`` with a real deadline."""
+    pool = DeadlinePool(1, preload=("verifier.ground_truth",))
+    yield lambda fn, args, deadline_s: pool.submit(fn, args, deadline_s).result()
+    pool.shutdown()
+
+
+def test_slow_to_parse_ground_truth_is_parsed_under_a_deadline(nsjail_sandbox, parse_pool,
+                                                               monkeypatch):
+    """A ground truth's test code is parsed through ``run_bounded`` (a worker process the
+    scorer kills at its deadline), never on the judging thread: a hostile row is INVALID_INPUT
+    when the parse overruns, and the judging process's GIL stays free meanwhile."""
+    monkeypatch.setattr(code_score, "GROUND_TRUTH_PARSE_S", 0.5, raising=False)
+    t = time.monotonic()
+    with GilWatch() as gil:
+        o = score_code(respond("def f(x):\n    return x"), SLOW_PARSE_GT, Limits(),
+                       nsjail_sandbox, parse_pool)
+    assert gil.longest < 1.0, f"the judging process's GIL was held for {gil.longest:.2f} s"
+    assert o.status is Status.INVALID_INPUT and "to parse" in o.detail, o
+    assert time.monotonic() - t < 3
+    # A normal ground truth with test code still goes through the worker and is judged.
+    o = score_code(respond("def f(x):\n    return x"), ONE_ASSERT, Limits(), nsjail_sandbox,
+                   parse_pool)
+    assert o.status is Status.CORRECT, o
+
+
+# -- 13. a malformed record is the program's failure, never SANDBOX_ERROR ----------------------
+
+# Answers written straight onto the call-based program process's answer pipe. A "$" type tag
+# that is a list (unhashable) made the judge's description of the wrong answer raise TypeError
+# (SANDBOX_ERROR); an "exc" or "fatal" text of 2 MB made the harness write a record header
+# over the judge's 1 MiB cap (SANDBOX_ERROR).
+UNHASHABLE_TAG = WRITE_ANSWER + (
+    "import json\n"
+    "def f(x):\n"
+    "    for tag in (['tuple'], {'dict': 1}):\n"
+    "        data = json.dumps({'v': {'$': tag, 'v': []}, 'objs': []}).encode()\n"
+    "        _send(len(data).to_bytes(4, 'big') + data)\n"
+    "    import time; time.sleep(30)\n"
+)
+HUGE_EXCEPTION = WRITE_ANSWER + (
+    "import json\n"
+    "def f(x):\n"
+    "    data = json.dumps({'exc': 'E' * 2_000_000, 'msg': [[1, 2], {'a': 1}]}).encode()\n"
+    "    _send(len(data).to_bytes(4, 'big') + data)\n"
+    "    import time; time.sleep(30)\n"
+)
+HUGE_FATAL = WRITE_ANSWER + (
+    "import json\n"
+    "data = json.dumps({'fatal': 'F' * 2_000_000, 'phase': ['module']}).encode()\n"
+    "_send(len(data).to_bytes(4, 'big') + data)\n"
+    "import time; time.sleep(30)\n"
+)
+
+
+def test_unhashable_type_tag_in_the_answer_is_the_programs_failure(after_attack):
+    o = judged(after_attack, UNHASHABLE_TAG, call_gt(n=2), run_all_tests=True)
+    assert o.status is Status.RUNTIME_ERROR and "malformed" in o.detail, o
+    assert (o.passed, o.total) == (0, 2)
+
+
+def test_oversized_texts_in_the_programs_messages_are_its_failure(after_attack):
+    o = judged(after_attack, HUGE_EXCEPTION, call_gt())
+    assert o.status is Status.RUNTIME_ERROR and o.detail.startswith("test 1/1: EEEE"), o
+    assert len(o.detail) < 1000
+    o = judged(after_attack, HUGE_FATAL, call_gt())
+    assert o.status is Status.COMPILE_ERROR and "FFFF" in o.detail, o
+    assert len(o.detail) < 1000
+    o = judged(after_attack, HUGE_FATAL, ONE_ASSERT)
+    assert o.status is Status.COMPILE_ERROR and "FFFF" in o.detail, o
+
+
 # -- every finding above through the server ---------------------------------------------------
 
 VSOCK_ERRNO = (
@@ -824,13 +950,18 @@ REPLAY = [
     ("9-dies-between", DIES_AT_2, DIES_BETWEEN, {"run_all_tests": True, "reward_mode": "fractional"}, E),
     ("11-deep-tuple", DEEP_TUPLE, call_gt(), {}, (Status.INCORRECT,)),
     ("11-inodes", INODE_FLOOD, ZERO, {"test_timeout_s": 10}, E),
+    ("12-slow-compile", SLOW_COMPILE, SUM_GT, {"timeout_s": 4}, SLOW_VERDICTS),
+    ("13-unhashable-tag", UNHASHABLE_TAG, call_gt(), {}, E),
+    ("13-huge-exception", HUGE_EXCEPTION, call_gt(), {}, E),
+    ("13-huge-fatal", HUGE_FATAL, call_gt(), {}, (Status.COMPILE_ERROR,)),
 ]
 
 
 def test_every_finding_through_the_server(verifier_process):
-    """The findings judged in-process above (1, 4, 5, 7, 8, 9, 11), all in one batch through a
-    real ``verifier serve --workers 2`` while its health is probed and a neighbour's item is
-    judged: each gets its own verdict, the server stays healthy, nothing is left behind."""
+    """The findings judged in-process above (1, 4, 5, 7, 8, 9, 11, 12, 13), all in one batch
+    through a real ``verifier serve --workers 2`` while its health is probed and a neighbour's
+    item is judged: each gets its own verdict, the server stays healthy, nothing is left
+    behind."""
     items = [code_item(name, code, gt, **{"test_timeout_s": 3, **lim})
              for name, code, gt, lim, _ in REPLAY]
     results, _, failed, probes, elapsed = under_attack(verifier_process, items)
@@ -839,7 +970,7 @@ def test_every_finding_through_the_server(verifier_process):
         assert by_id[name].status in allowed, by_id[name]
     assert (by_id["9-dies-between"].passed, by_id["9-dies-between"].total) == (2, 3)
     assert not failed, f"{len(failed)} of {probes} health checks failed: {failed[:3]}"
-    assert elapsed < 120  # 17 items of at most a few seconds each, two at a time
+    assert elapsed < 120  # 21 items of at most a few seconds each, two at a time
 
 
 # -- calls without a deadline, from a non-Python client ---------------------------------------

@@ -15,7 +15,9 @@ import time
 import pytest
 
 from sandbox import RunResult, Sandbox, SandboxLimits, SandboxUnavailable, create_sandbox, uidpool
-from sandbox.nsjail import POLICY_FILE, SANDBOX_UID, NsjailSandbox
+from sandbox import scratch
+from sandbox.base import CLOSED
+from sandbox.nsjail import FILES_DIR_PREFIX, POLICY_FILE, SANDBOX_UID, NsjailSandbox
 from tests.conftest_sandbox import (  # noqa: F401 (fixtures)
     PROJECT_ROOT,
     _ours,
@@ -402,6 +404,156 @@ def test_leftover_check_sees_a_process_of_ours_and_an_orphan():
     assert [_ours(p, parents, os.getpid()) for p in (10, 20, 30)] == [True, True, False]
 
 
+# -- stopping: close() kills the runs in progress ----------------------------------------------
+
+LOOP = "print('up', flush=True)\nwhile True: pass"
+
+
+def _run_in_thread(sb, out: list, started: threading.Event) -> threading.Thread:
+    """``while True: pass`` with a 60 s wall limit, in a thread; ``started`` is set when the
+    program has printed (it is running)."""
+
+    def hook(chunk: bytes) -> bool:
+        started.set()
+        return True
+
+    def work() -> None:
+        out.append(sb.run([sb.python, "-I", "-S", "-c", LOOP], on_stdout=hook,
+                          limits=SandboxLimits(wall_s=60, cpu_s=60)))
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    return t
+
+
+def _closes_promptly(sb) -> None:
+    """A run of ``while True: pass`` returns within seconds of ``close()`` (its wall limit is
+    60 s) as a run that says it was cancelled; later runs return at once, starting nothing."""
+    out: list = []
+    started = threading.Event()
+    t = _run_in_thread(sb, out, started)
+    assert started.wait(30), "the program never started"
+    t0 = time.monotonic()
+    sb.close()
+    t.join(10)
+    assert not t.is_alive(), "run() still running 10 s after close()"
+    assert time.monotonic() - t0 < 5
+    assert out[0].status == "error" and out[0].detail == CLOSED, out[0]
+    t0 = time.monotonic()
+    r = sb.run([sb.python, "-I", "-S", "-c", "print(1)"])
+    assert r.status == "error" and r.detail == CLOSED and time.monotonic() - t0 < 0.5, r
+    sb.close()  # idempotent
+
+
+def test_close_kills_a_running_jail_promptly():
+    baseline = sandbox_pids()
+    _closes_promptly(NsjailSandbox())
+    assert_no_leftovers(baseline)
+
+
+def test_close_kills_a_running_unsafe_process_promptly():
+    _closes_promptly(create_sandbox("unsafe-none", self_test=False))
+
+
+def _engine_with_python_image():
+    """An engine that already answers and already holds the verifier image (tests/test_docker.py
+    starts and builds them), else None: this file must not build images."""
+    try:
+        from scripts import docker_engine as de  # lazy: the docker SDK is an optional extra
+
+        engine, _ = de.find_engine()
+        if engine is None or not de.has_image(engine.client(), de.VERIFIER_IMAGE):
+            return None
+        return engine.url, de.VERIFIER_IMAGE
+    except Exception:  # no SDK, no engine: skipped with the reason below
+        return None
+
+
+def test_close_kills_a_running_container_promptly():
+    found = _engine_with_python_image()
+    if found is None:
+        pytest.skip("no running Docker engine with the verifier image (tests/test_docker.py "
+                    "starts one and builds it)")
+    url, image = found
+    from sandbox.docker_backend import DockerSandbox
+
+    _closes_promptly(DockerSandbox(image=image, python="/usr/bin/python3", base_url=url))
+
+
+def test_closed_docker_sandbox_refuses_runs_without_an_engine(tmp_path):
+    from sandbox.docker_backend import DockerSandbox
+
+    sb = DockerSandbox(base_url=f"unix://{tmp_path}/no-engine.sock")
+    sb.close()
+    r = sb.run(["python3", "-c", "print(1)"])
+    assert r.status == "error" and r.detail == CLOSED, r
+
+
+# -- scratch directories of killed verifier processes -------------------------------------------
+
+# A verifier process: it stages the harness's input file (its sandbox's directory under /tmp),
+# prints that directory, and waits to be killed.
+STAGING = (
+    "import sys, time\n"
+    "from sandbox.nsjail import NsjailSandbox\n"
+    "sb = NsjailSandbox()\n"
+    "sb._host_file(b'harness')\n"
+    "print(getattr(sb._files_dir, 'path', sb._files_dir), flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+def _staging_process() -> tuple[subprocess.Popen, str]:
+    p = subprocess.Popen([sys.executable, "-c", STAGING], stdout=subprocess.PIPE, text=True,
+                         cwd=PROJECT_ROOT)
+    assert p.stdout is not None
+    path = p.stdout.readline().strip()
+    assert os.path.isdir(path), path
+    return p, path
+
+
+def test_input_file_dirs_of_dead_verifiers_are_swept_when_a_sandbox_starts():
+    """A SIGKILLed verifier's ``magic-sandbox-files-*`` directory is removed when the next
+    sandbox starts; a live process's (a running neighbour's, this process's own) is kept."""
+    live, live_dir = _staging_process()
+    mine = NsjailSandbox()
+    mine._host_file(b"harness")
+    dead, dead_dir = _staging_process()
+    dead.kill()
+    dead.wait()
+    # Killed between creating its directory and locking it: the pid in the name decides.
+    unlocked = os.path.join(os.path.dirname(dead_dir), f"{FILES_DIR_PREFIX}{dead.pid}-unlocked")
+    os.mkdir(unlocked)
+    try:
+        assert os.path.isdir(dead_dir)
+        NsjailSandbox()  # a new sandbox: the start-up sweep
+        assert not os.path.exists(dead_dir) and not os.path.exists(unlocked)
+        assert os.path.isdir(live_dir), "a live neighbour's directory was removed"
+        assert os.path.isdir(mine._files_dir.path), "this process's own directory was removed"
+    finally:
+        live.kill()
+        live.wait()
+        mine.close()
+    NsjailSandbox()
+    assert not os.path.exists(live_dir)  # its owner is dead now
+
+
+def test_sweep_keeps_what_it_cannot_judge(tmp_path):
+    """Directories of another user and names without an owner (from before owner files) are
+    kept; a live owner's (this process's) too, until it removes it."""
+    root = str(tmp_path)
+    legacy = tmp_path / "magic-x-legacy1"
+    legacy.mkdir()
+    others = tmp_path / "magic-x-999999999-others"  # no such pid: only its owner protects it
+    others.mkdir()
+    os.chown(others, 65534, 65534)
+    owned = scratch.OwnedDir("magic-x-", root=root)
+    assert scratch.sweep_dead("magic-x-", root) == []
+    assert legacy.is_dir() and others.is_dir() and os.path.isdir(owned.path)
+    owned.remove()
+    assert not os.path.exists(owned.path)
+
+
 # -- an outside uid of its own per jail (sandbox/uidpool.py) --------------------------------
 
 
@@ -594,3 +746,37 @@ def test_scorer_refuses_more_code_concurrency_than_pool_uids():
     with pytest.raises(ValueError, match="code concurrency 3 exceeds the sandbox uid pool's 2"):
         Scorer(ScoringConfig(workers=1, code_concurrency=3), sandbox=sb)
     Scorer(ScoringConfig(workers=1, code_concurrency=2), sandbox=sb).close()
+
+
+CPU_SPINNERS = """
+import os, time
+end = time.monotonic() + 2.0
+kids = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        while time.monotonic() < end:
+            pass
+        os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+print("done")
+"""
+
+
+def test_a_jails_processes_share_one_core(nsjail_sandbox) -> None:
+    # Red team: the jails had no CPU cgroup, so a fork bomb's spinning processes competed with
+    # the verifier's own threads for every core (this host's autogroup scheduling hid it).
+    # With the cap, three processes spinning for 2 s get one core between them. (On an idle
+    # machine with two or more cores they used ~4 CPU-seconds before; a loaded machine cannot
+    # tell the difference, so this can only fail where the cores are free.)
+    if nsjail_sandbox.cgroup_mode != "v1":
+        pytest.skip(f"the CPU cap is applied with cgroup v1 here; this host: "
+                    f"{nsjail_sandbox.describe()}")
+    assert nsjail_sandbox.cpu_cap, nsjail_sandbox.describe()
+    assert "+cpu (1000 ms/s)" in nsjail_sandbox.describe()
+    r = nsjail_sandbox.run([nsjail_sandbox.python, "-c", CPU_SPINNERS],
+                           limits=SandboxLimits(wall_s=30, cpu_s=20))
+    assert r.status == "ok" and r.stdout.strip() == b"done", r
+    assert r.cpu_s < 2.0 * 1.0 + 0.8, r.cpu_s  # one core for 2 s, and some slack

@@ -7,8 +7,11 @@ item is bounded by ``limits.timeout_s``.
 How one sample is judged:
 
 1. The program is the last fenced python block after the think block (NO_ANSWER without one).
-   It is compiled here first, never executed here: a SyntaxError is SYNTAX_ERROR without
-   starting a sandbox.
+   Its text is never compiled or parsed in this process (CPython compiles some sources in
+   quadratic time, and this is a server thread holding the GIL): only its length is checked
+   here; the harness compiles it inside the jail, under the jail's wall limit, and reports a
+   SyntaxError as SYNTAX_ERROR. Likewise the test code of a ground truth (asserts,
+   LeetCode-style) is parsed through ``run_bounded``, in a worker process under a deadline.
 2. ONE sandboxed process per sample runs ``verifier/harness/harness.py`` (shipped into the
    sandbox as a file). The harness compiles the program once and runs each test in a child
    forked from the pristine harness, each under its own wall limit, CPU rlimit and memory
@@ -58,6 +61,7 @@ import json
 import marshal
 import secrets
 import time
+from concurrent.futures import CancelledError
 from typing import Any, Callable
 
 from sandbox import RunResult, Sandbox, SandboxLimits
@@ -66,7 +70,7 @@ from .extract import after_think, last_code_block, lcb_code_block, skywork_code_
 from .harness import framing
 from .ground_truth import BadGroundTruth, Spec, parse_ground_truth
 from .harness_files import PYTHON_FLAGS, harness_files
-from .items import Limits, Outcome, Status
+from .items import Limits, Outcome, Status, VerifierError, decode_ground_truth
 from .output_compare import (
     canonical_return,
     compare_return,
@@ -74,7 +78,7 @@ from .output_compare import (
     outputs_match,  # noqa: F401 - part of this module's surface (tests, tools)
     stdout_identical,
 )
-from .pool import DeadlineExceeded, TaskFailed
+from .pool import DeadlineExceeded, TaskFailed, WorkerDied
 from .profiles import PROFILE_TABLE, Profile
 
 # Runs fn(*args) within deadline_s seconds (raising DeadlineExceeded, TaskFailed or WorkerDied).
@@ -87,6 +91,22 @@ MIN_COMPARE_S = 1.0  # the least time a comparison gets, even at the end of an i
 DEFAULT_PROFILE = PROFILE_TABLE["default"]
 MAX_PROFILE_ITEM_S = 300.0  # the longest whole-sample budget a profile's rule gives
 MAX_PROGRAM_CHARS = 512 * 1024
+MIN_MEMORY_MB = 32
+"""The smallest ``limits.memory_mb`` a server should accept (smaller: INVALID_INPUT). Below
+about 18 MiB the judge's own harness cannot run: it fails (MemoryError, a .pyc it cannot load:
+SANDBOX_ERROR) or the program's process dies before it answers (RUNTIME_ERROR, which reads as
+a genuine zero for a correct program). Measured with real nsjail (cgroup v1, the jail's
+/usr/bin/python3 3.11.2, the project's 2-core VM): the smallest limit at which a trivial correct
+program was CORRECT three times in a row, by bisection over 1-512 MiB, per format under the
+default / lcb / skywork profiles: stdin/stdout 13 / 17 / 17, call-based 15 / 18 / 18, asserts
+15 / 18 / 16, LeetCode-style 15 / 18 / 15 (all CORRECT at 19, 20, 24 and 32). 32 is the worst
+case with room for other interpreters and builds; tests/test_code_score.py checks it."""
+GROUND_TRUTH_PARSE_S = 5.0
+"""The longest the parse of a ground truth's test code (asserts, LeetCode-style) may take, in a
+worker process (``_spec``). A real one takes milliseconds (a 1 MB test_code about 0.1 s); a
+hostile one (an f-string of 170,000 fields: 16 s) is INVALID_INPUT after this long."""
+CODE_FORMAT_KEYS = ("assert_case", "test_code", "entry_point")
+"""The keys that make a ground truth one of the formats with test code (parse_ground_truth)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,9 +142,10 @@ class _Stream:
                 return True
             try:
                 head = json.loads(bytes(self.buf[8 : 8 + n]))
-                sizes = head["blobs"]
-                assert isinstance(sizes, list) and all(isinstance(s, int) and s >= 0 for s in sizes)
-            except Exception:
+            except (ValueError, RecursionError):
+                head = None
+            sizes = head.get("blobs") if isinstance(head, dict) else None
+            if not (type(sizes) is list and all(type(s) is int and s >= 0 for s in sizes)):
                 self.error = "malformed record header"
                 return False
             total = 8 + n + sum(sizes) + framing.MAC_BYTES
@@ -136,7 +157,8 @@ class _Stream:
             body = bytes(self.buf[: total - framing.MAC_BYTES])
             tag = bytes(self.buf[total - framing.MAC_BYTES : total])
             want = hmac.new(self.keys[self.seq], body, hashlib.sha256).digest()
-            if not hmac.compare_digest(tag, want) or head.get("seq") != self.seq:
+            seq_ok = type(head.get("seq")) is int and head["seq"] == self.seq
+            if not hmac.compare_digest(tag, want) or not seq_ok:
                 self.error = f"record {self.seq} failed authentication"
                 return False
             blobs, pos = [], 8 + n
@@ -211,6 +233,37 @@ class _Judge:
         return min(fails, key=lambda f: f[0]) if fails else None
 
     def on_record(self, head: dict, blobs: list[bytes]) -> bool:
+        """Judge one authenticated record; False stops the sandbox. A record this judge cannot
+        read (a field of the wrong type, a comparison that raises on the program's output) is
+        the program's failure (RUNTIME_ERROR): only program data can make the harness's
+        records odd, and nothing a program sends may turn its verdict into SANDBOX_ERROR.
+        Failures of the verifier's own machinery (the compare pool) still propagate."""
+        why = _malformed(head)
+        if why:
+            return self.program_failed(head, f"the program sent a malformed record ({why})")
+        try:
+            return self._on_record(head, blobs)
+        except _VERIFIER_FAILURES:
+            raise
+        except Exception as e:  # the program's data broke the judging of its record
+            return self.program_failed(
+                head, f"the program's record is malformed ({type(e).__name__}: {e})"
+            )
+
+    def program_failed(self, head: dict, detail: str) -> bool:
+        """Fail the program with RUNTIME_ERROR at the record's test (else the first test not
+        judged yet); returns False (stop the sandbox)."""
+        i = head.get("i")
+        if type(i) is not int or not 0 <= i < self.spec.total:
+            i = next((k for k in range(self.spec.total) if k not in self.results), None)
+        if i is None:
+            self.special = Outcome(Status.RUNTIME_ERROR, detail[:500])
+        else:
+            where = f"test {i + 1}/{self.spec.total}"
+            self.results[i] = (Status.RUNTIME_ERROR, f"{where}: {detail}"[:500])
+        return False
+
+    def _on_record(self, head: dict, blobs: list[bytes]) -> bool:
         self.note_cpu(head)
         t = head.get("type")
         if t == "done":
@@ -293,11 +346,48 @@ class _Judge:
                 Status.TIMEOUT,
                 f"{where}: comparing the program's output took longer than {budget:.3g} s",
             )
-        except TaskFailed as e:
-            if e.kind == "MemoryError":
-                return Status.MEMORY_LIMIT, f"{where}: the program's output is too big to compare"
+        except _VERIFIER_FAILURES:
             raise
+        except Exception as e:  # the comparison raised on data the program chose (in a
+            # worker: TaskFailed naming the exception; inline: the exception itself)
+            if isinstance(e, MemoryError) or getattr(e, "kind", None) == "MemoryError":
+                return Status.MEMORY_LIMIT, f"{where}: the program's output is too big to compare"
+            what = str(e) if isinstance(e, TaskFailed) else f"{type(e).__name__}: {e}"
+            return Status.RUNTIME_ERROR, f"{where}: the program's output is malformed ({what})"
         return (Status.CORRECT, "") if ok else (Status.INCORRECT, f"{where}: {message}")
+
+
+# Failures of the verifier's own machinery while judging a record: not the program's.
+_VERIFIER_FAILURES = (WorkerDied, VerifierError, CancelledError)
+_OPTIONAL_INT = (int, type(None))
+# The header fields the judge reads and the exact types each may have (the harness's Reporter,
+# verifier/harness/framing.py, writes them so; bool is not an int here).
+_HEAD_TYPES: dict[str, tuple[type, ...]] = {
+    "type": (str,),
+    "i": (int,),
+    "status": (str,),
+    "detail": (str,),
+    "signal": _OPTIONAL_INT,
+    "exit": _OPTIONAL_INT,
+    "raised": (bool,),
+    "hcpu_us": (int,),
+    "ccpu_us": (int,),
+}
+_HEAD_REQUIRED = {"test": ("i", "status")}
+
+
+def _malformed(head: dict) -> str:
+    """Why the record header cannot be judged ("" when it can): a field the judge reads that
+    is missing or not of its type."""
+    if type(head.get("type")) is not str:
+        return "its type is not a string"
+    for name in _HEAD_REQUIRED.get(head["type"], ()):
+        if name not in head:
+            return f"no {name!r}"
+    for name, types in _HEAD_TYPES.items():
+        if name in head and type(head[name]) not in types:
+            return f"{name!r} is a {type(head[name]).__name__}"
+    return ""
 
 
 def _last_line(err: bytes) -> str:
@@ -336,6 +426,39 @@ def extract_program(response: str, profile: Profile) -> tuple[str | None, str]:
     return last_code_block(answer), "no python code block after the think block"
 
 
+def _spec(ground_truth: Any, run_bounded: RunBounded) -> Spec | Outcome:
+    """The ground truth as a Spec, or INVALID_INPUT saying what is wrong with it.
+
+    The formats that carry test code (asserts, LeetCode-style: CODE_FORMAT_KEYS) are parsed
+    with ``ast``, whose cost the row's author controls (CPython parses an f-string of n fields
+    in O(n^2): 80,000 fields take 4 s), so they are parsed through ``run_bounded``: in a worker
+    process the scorer kills at GROUND_TRUTH_PARSE_S, never on this thread. The data-only
+    formats (stdin/stdout, call-based) are parsed here: JSON and type checks, linear in their
+    size, and no worker round trip for the common case."""
+    gt = decode_ground_truth(ground_truth)
+    try:
+        if isinstance(gt, dict) and any(k in gt for k in CODE_FORMAT_KEYS):
+            return run_bounded(parse_ground_truth, (gt,), GROUND_TRUTH_PARSE_S)
+        return parse_ground_truth(gt)
+    except BadGroundTruth as e:
+        return Outcome(Status.INVALID_INPUT, str(e))
+    except RecursionError:
+        return Outcome(Status.INVALID_INPUT, "ground truth nested too deeply")
+    except DeadlineExceeded:
+        return Outcome(
+            Status.INVALID_INPUT,
+            f"the ground truth's test code took longer than {GROUND_TRUTH_PARSE_S:g} s to parse",
+        )
+    except TaskFailed as e:  # raised in the worker: its class arrives by name
+        if e.kind == "BadGroundTruth":
+            return Outcome(Status.INVALID_INPUT, str(e).removeprefix("BadGroundTruth: "))
+        if e.kind == "RecursionError":
+            return Outcome(Status.INVALID_INPUT, "ground truth nested too deeply")
+        if e.kind == "MemoryError":
+            return Outcome(Status.INVALID_INPUT, "the ground truth's test code is too big to parse")
+        raise
+
+
 def score_code(
     response: str,
     ground_truth: Any,
@@ -368,12 +491,9 @@ def _score(
     profile: Profile,
     costs: dict[str, float],
 ) -> Outcome:
-    try:
-        spec = parse_ground_truth(ground_truth)
-    except BadGroundTruth as e:
-        return Outcome(Status.INVALID_INPUT, str(e))
-    except RecursionError:
-        return Outcome(Status.INVALID_INPUT, "ground truth nested too deeply")
+    spec = _spec(ground_truth, run_bounded)
+    if isinstance(spec, Outcome):
+        return spec
     total = spec.total
     if not isinstance(response, str):
         return Outcome(Status.INVALID_INPUT, "'response' must be a string", 0, total)
@@ -384,10 +504,9 @@ def _score(
         return Outcome(
             Status.SYNTAX_ERROR, f"program longer than {MAX_PROGRAM_CHARS} characters", 0, total
         )
-    try:
-        compile(program, "solution.py", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as e:
-        return Outcome(Status.SYNTAX_ERROR, f"{type(e).__name__}: {e}"[:500], 0, total)
+    # No compile() here: the harness compiles the program in the jail, under its wall limit
+    # (the "syntax" record). Here it would hold the GIL for as long as CPython takes, which a
+    # program chooses (tens of thousands of keyword arguments in one call: quadratic).
 
     unit_tt = profile.unit_timeout_s if spec.mode == "check" else None
     tt = float(limits.test_timeout_s or unit_tt or profile.test_timeout_s)

@@ -40,6 +40,7 @@ KEY_BYTES = 32
 MAC_BYTES = 32
 MSG_CAP = 64 * 1024 * 1024  # largest message between the evaluator and the program
 ERR_TAIL = 4096  # the most of a test's stderr a record carries
+TEXT_CAP = 1000  # the longest string in a record header (details can hold the program's text)
 
 # ---------------------------------------------------------------------------------------------
 # Low-level plumbing.
@@ -175,6 +176,20 @@ def _dumps(d):
     return ("{" + ",".join(out) + "}").encode()
 
 
+def header_value(v):
+    """A record header's value as the judge reads it (code_score._HEAD_TYPES): None, bools,
+    ints, finite floats and strings of at most TEXT_CAP characters stand for themselves;
+    anything else (program data that reached a record: a list, a dict, a huge string) becomes
+    a short text. So no value of a header can be unhashable, oversized or of a type the judge
+    does not expect, whatever a runner put into it."""
+    t = type(v)
+    if v is None or t is bool or t is int or t is float:
+        return v
+    if t is str:
+        return v[:TEXT_CAP]
+    return f"<{t.__name__}>"
+
+
 class Reporter:
     """The authenticated record stream to the judge (stdout). See the module docstring."""
 
@@ -187,7 +202,8 @@ class Reporter:
         # judge's cost breakdown (docs/verifier.md 3); informational, never part of a verdict.
         # (process_time and getrusage: microsecond clocks; os.times counts 10 ms ticks.)
         ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-        rec = dict(rec, seq=self.seq, blobs=[len(b) for b in blobs],
+        rec = {k: header_value(v) for k, v in rec.items()}
+        rec.update(seq=self.seq, blobs=[len(b) for b in blobs],
                    hcpu_us=int(time.process_time() * 1e6),
                    ccpu_us=int((ru.ru_utime + ru.ru_stime) * 1e6))
         head = _dumps(rec)

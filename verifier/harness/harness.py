@@ -379,6 +379,7 @@ KEY_BYTES = 32
 MAC_BYTES = 32
 MSG_CAP = 64 * 1024 * 1024  # largest message between the evaluator and the program
 ERR_TAIL = 4096  # the most of a test's stderr a record carries
+TEXT_CAP = 1000  # the longest string in a record header (details can hold the program's text)
 
 # ---------------------------------------------------------------------------------------------
 # Low-level plumbing.
@@ -514,6 +515,20 @@ def _dumps(d):
     return ("{" + ",".join(out) + "}").encode()
 
 
+def header_value(v):
+    """A record header's value as the judge reads it (code_score._HEAD_TYPES): None, bools,
+    ints, finite floats and strings of at most TEXT_CAP characters stand for themselves;
+    anything else (program data that reached a record: a list, a dict, a huge string) becomes
+    a short text. So no value of a header can be unhashable, oversized or of a type the judge
+    does not expect, whatever a runner put into it."""
+    t = type(v)
+    if v is None or t is bool or t is int or t is float:
+        return v
+    if t is str:
+        return v[:TEXT_CAP]
+    return f"<{t.__name__}>"
+
+
 class Reporter:
     """The authenticated record stream to the judge (stdout). See the module docstring."""
 
@@ -526,7 +541,8 @@ class Reporter:
         # judge's cost breakdown (docs/verifier.md 3); informational, never part of a verdict.
         # (process_time and getrusage: microsecond clocks; os.times counts 10 ms ticks.)
         ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-        rec = dict(rec, seq=self.seq, blobs=[len(b) for b in blobs],
+        rec = {k: header_value(v) for k, v in rec.items()}
+        rec.update(seq=self.seq, blobs=[len(b) for b in blobs],
                    hcpu_us=int(time.process_time() * 1e6),
                    ccpu_us=int((ru.ru_utime + ru.ru_stime) * 1e6))
         head = _dumps(rec)
@@ -1231,6 +1247,12 @@ def _wait_msg(prog, deadline):
         prog.reader.feed()
 
 
+def _text(v, n=500):
+    """Program data as a short text for a record: a string's first ``n`` characters, anything
+    else its type's name (``str`` of a 1,000-deep list could raise here, in the harness)."""
+    return v[:n] if type(v) is str else f"<{type(v).__name__}>"
+
+
 def _program_failure(prog, cfg, how, cpu_limit):
     """Kill the program's processes and describe how it ended."""
     if prog.watch.wait_status is None:
@@ -1268,7 +1290,7 @@ def run_call(cfg, code, prefix_code, rep):
                 # LiveCodeBench's "compilation error" (the judge reports COMPILE_ERROR).
                 rec.update(
                     status="memory" if ready.get("memory") else "load_error",
-                    detail=ready["fatal"],
+                    detail=_text(ready["fatal"]),
                 )
             elif not isinstance(ready, dict):
                 rec = _program_failure(prog, cfg, ready, cpu_limit)
@@ -1299,7 +1321,7 @@ def run_call(cfg, code, prefix_code, rep):
             if isinstance(resp, dict):
                 rec = {
                     "status": "memory" if resp.get("memory") else "error",
-                    "detail": f"{resp['exc']}: {resp.get('msg', '')}",
+                    "detail": f"{_text(resp['exc'], 100)}: {_text(resp.get('msg', ''))}",
                 }
                 if resp.get("memory"):
                     _program_failure(prog, cfg, "exited", cpu_limit)
@@ -1729,7 +1751,7 @@ def run_assert_tests(cfg, code, prefix_code, rep):
             _program_failure(prog, cfg, "exited", cfg["_budget"] + 1)
             prog.close()
             kind = "setup_error" if ready["phase"] == "prefix" else "harness_error"
-            rep.emit({"type": kind, "detail": str(ready.get("fatal"))[:500]})
+            rep.emit({"type": kind, "detail": _text(ready.get("fatal"))})
             return
         if isinstance(ready, dict) and ready.get("prefix") == "ok":
             ready = _wait_msg(prog, deadline)
@@ -1741,8 +1763,8 @@ def run_assert_tests(cfg, code, prefix_code, rep):
                 # (Whatever it claims, e.g. "phase": "prefix": that can only be the program.)
                 rec.update(
                     status="memory" if ready.get("memory") is True else "load_error",
-                    detail=str(ready.get("fatal")
-                               or "the program's process sent no ready message")[:500],
+                    detail=_text(ready.get("fatal")
+                                 or "the program's process sent no ready message"),
                 )
             else:
                 rec = _program_failure(prog, cfg, ready, cfg["_budget"] + 1)
@@ -1841,7 +1863,7 @@ def run_assert_tests(cfg, code, prefix_code, rep):
                 rec["status"] = "memory"
             elif isinstance(why, list) and why and why[0] == "fatal":
                 rec["status"] = "memory" if why[2] else "error"
-                rec["detail"] = str(why[1])[:500]
+                rec["detail"] = _text(why[1])
             elif isinstance(why, list) and why and why[0] == "garbage":
                 rec["status"] = "error"
                 rec["detail"] = f"the program wrote malformed data on the judge's channel: {why[1]}"

@@ -377,6 +377,12 @@ def _wait_msg(prog, deadline):
         prog.reader.feed()
 
 
+def _text(v, n=500):
+    """Program data as a short text for a record: a string's first ``n`` characters, anything
+    else its type's name (``str`` of a 1,000-deep list could raise here, in the harness)."""
+    return v[:n] if type(v) is str else f"<{type(v).__name__}>"
+
+
 def _program_failure(prog, cfg, how, cpu_limit):
     """Kill the program's processes and describe how it ended."""
     if prog.watch.wait_status is None:
@@ -414,7 +420,7 @@ def run_call(cfg, code, prefix_code, rep):
                 # LiveCodeBench's "compilation error" (the judge reports COMPILE_ERROR).
                 rec.update(
                     status="memory" if ready.get("memory") else "load_error",
-                    detail=ready["fatal"],
+                    detail=_text(ready["fatal"]),
                 )
             elif not isinstance(ready, dict):
                 rec = _program_failure(prog, cfg, ready, cpu_limit)
@@ -445,7 +451,7 @@ def run_call(cfg, code, prefix_code, rep):
             if isinstance(resp, dict):
                 rec = {
                     "status": "memory" if resp.get("memory") else "error",
-                    "detail": f"{resp['exc']}: {resp.get('msg', '')}",
+                    "detail": f"{_text(resp['exc'], 100)}: {_text(resp.get('msg', ''))}",
                 }
                 if resp.get("memory"):
                     _program_failure(prog, cfg, "exited", cpu_limit)
@@ -875,7 +881,7 @@ def run_assert_tests(cfg, code, prefix_code, rep):
             _program_failure(prog, cfg, "exited", cfg["_budget"] + 1)
             prog.close()
             kind = "setup_error" if ready["phase"] == "prefix" else "harness_error"
-            rep.emit({"type": kind, "detail": str(ready.get("fatal"))[:500]})
+            rep.emit({"type": kind, "detail": _text(ready.get("fatal"))})
             return
         if isinstance(ready, dict) and ready.get("prefix") == "ok":
             ready = _wait_msg(prog, deadline)
@@ -887,8 +893,8 @@ def run_assert_tests(cfg, code, prefix_code, rep):
                 # (Whatever it claims, e.g. "phase": "prefix": that can only be the program.)
                 rec.update(
                     status="memory" if ready.get("memory") is True else "load_error",
-                    detail=str(ready.get("fatal")
-                               or "the program's process sent no ready message")[:500],
+                    detail=_text(ready.get("fatal")
+                                 or "the program's process sent no ready message"),
                 )
             else:
                 rec = _program_failure(prog, cfg, ready, cfg["_budget"] + 1)
@@ -987,7 +993,7 @@ def run_assert_tests(cfg, code, prefix_code, rep):
                 rec["status"] = "memory"
             elif isinstance(why, list) and why and why[0] == "fatal":
                 rec["status"] = "memory" if why[2] else "error"
-                rec["detail"] = str(why[1])[:500]
+                rec["detail"] = _text(why[1])
             elif isinstance(why, list) and why and why[0] == "garbage":
                 rec["status"] = "error"
                 rec["detail"] = f"the program wrote malformed data on the judge's channel: {why[1]}"
