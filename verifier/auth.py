@@ -4,11 +4,11 @@
   reads its accepted tokens from a file (one per line: several lines allow rotation without
   downtime; the file is re-read when it changes, as a Kubernetes Secret volume updates it) or
   from an environment variable, and compares in constant time.
-- ``TokenInterceptor`` checks it before any handler runs. Health checks (``grpc.health.v1``)
-  need no token, so Kubernetes gRPC probes and ``verifier health`` work without the secret: the
-  health service reveals only SERVING / NOT_SERVING. Everything else (scoring, reflection)
-  needs it. A missing or wrong token is UNAUTHENTICATED, mapped in ``server._abort`` like every
-  other error.
+- The call gate (verifier/call_gate.py) checks it when a call's headers arrive, before any
+  request body is read. Health checks (``grpc.health.v1``) need no token, so Kubernetes gRPC
+  probes and ``verifier health`` work without the secret: the health service reveals only
+  SERVING / NOT_SERVING. Everything else (scoring, reflection) needs it. A missing or wrong
+  token is UNAUTHENTICATED, mapped in ``server._abort`` like every other error.
 - TLS: the server presents ``tls_cert``/``tls_key``; with ``tls_client_ca`` it also requires a
   client certificate signed by that CA (mutual TLS). Clients verify the server against
   ``tls_ca`` (or the system roots).
@@ -20,7 +20,7 @@ import hmac
 import os
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import grpc
 
@@ -109,44 +109,6 @@ def bearer_from_metadata(metadata: Any) -> str | None:
                 return token.strip()
             return None
     return None
-
-
-class TokenInterceptor(grpc.ServerInterceptor):
-    """Refuses calls without a valid bearer token with UNAUTHENTICATED (through ``deny``, which
-    the server builds around its ``_abort``), except health checks."""
-
-    def __init__(self, source: TokenSource,
-                 deny: Callable[[grpc.ServicerContext, str, str], None]):
-        self.source = source
-        self._deny = deny
-
-    def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
-        method = handler_call_details.method
-        if method.startswith(UNAUTHENTICATED_PREFIXES):
-            return continuation(handler_call_details)
-        token = bearer_from_metadata(handler_call_details.invocation_metadata)
-        if self.source.accepts(token):
-            return continuation(handler_call_details)
-        why = "missing bearer token" if not token else "invalid bearer token"
-        handler = continuation(handler_call_details)
-        if handler is None:
-            return None
-        deny = self._deny
-
-        def refuse(_request: Any, context: grpc.ServicerContext) -> Any:
-            deny(context, method, why)
-
-        if handler.request_streaming and handler.response_streaming:
-            return grpc.stream_stream_rpc_method_handler(
-                refuse, handler.request_deserializer, handler.response_serializer)
-        if handler.request_streaming:
-            return grpc.stream_unary_rpc_method_handler(
-                refuse, handler.request_deserializer, handler.response_serializer)
-        if handler.response_streaming:
-            return grpc.unary_stream_rpc_method_handler(
-                refuse, handler.request_deserializer, handler.response_serializer)
-        return grpc.unary_unary_rpc_method_handler(
-            refuse, handler.request_deserializer, handler.response_serializer)
 
 
 def server_credentials(tls_cert: Path, tls_key: Path,
