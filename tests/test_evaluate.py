@@ -259,21 +259,34 @@ def test_problem_from_dict_names_the_problem(row: object, reason: str) -> None:
 
 def test_unscorable_response_fails_unless_allowed(tmp_path: Path) -> None:
     rows = three_problems()
-    rows[1]["responses"][3] = "x" * (MAX_RESPONSE_CHARS + 1)  # the verifier says INVALID_INPUT
+    # A limit over the server's maximum: every response of p2 is INVALID_INPUT (the item's fault)
+    rows[1]["limits"] = {"timeout_s": 10_000}
     per_response = tmp_path / "per_response.jsonl"
     cfg = config(tmp_path, rows, results_output=per_response)
-    with pytest.raises(VerifierError, match=r"1 of 12 responses could not be scored "
-                                            r"\(INVALID_INPUT: 1\).*'p2' \(line 2\) response 3"):
+    with pytest.raises(VerifierError, match=r"4 of 12 responses could not be scored "
+                                            r"\(INVALID_INPUT: 4\).*'p2' \(line 2\) response 0"):
         run_eval(cfg)
     assert not cfg.output.exists()  # no summary that looks valid
     statuses = [json.loads(line)["status"] for line in per_response.read_text().splitlines()]
-    assert statuses.count("INVALID_INPUT") == 1  # but the failures can be inspected
+    assert statuses.count("INVALID_INPUT") == 4  # but the failures can be inspected
 
     summary = run_eval(config(tmp_path, rows, allow_errors=True))
-    assert summary["errors"] == {"INVALID_INPUT": 1}
+    assert summary["errors"] == {"INVALID_INPUT": 4}
     assert summary["errors_counted_as_incorrect"] is True
-    assert summary["by_source"]["aime24"]["errors"] == {"INVALID_INPUT": 1}
-    assert summary["avg@k"] == pytest.approx((0.25 + 0.75 + 0) / 3)  # counted as incorrect
+    assert summary["by_source"]["aime24"]["errors"] == {"INVALID_INPUT": 4}
+    assert summary["avg@k"] == pytest.approx((0.25 + 0 + 0) / 3)  # counted as incorrect
+
+
+def test_a_runaway_response_is_a_wrong_answer_not_an_error(tmp_path: Path) -> None:
+    # Over the verifier's cap: RESPONSE_TOO_LONG, the model's own failure, a genuine zero.
+    rows = three_problems()
+    rows[1]["responses"][3] = "x" * (MAX_RESPONSE_CHARS + 1)
+    per_response = tmp_path / "per_response.jsonl"
+    summary = run_eval(config(tmp_path, rows, results_output=per_response))
+    assert not summary.get("errors")
+    statuses = [json.loads(line)["status"] for line in per_response.read_text().splitlines()]
+    assert statuses.count("RESPONSE_TOO_LONG") == 1
+    assert summary["avg@k"] == pytest.approx((0.25 + 0.75 + 0) / 3)
 
 
 def test_cli_eval(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -289,3 +302,66 @@ def test_cli_eval(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 1
     assert "bad.jsonl line 2" in capsys.readouterr().err
     assert not (tmp_path / "bad.json").exists()
+
+
+def test_undecodable_lines_are_bad_lines(tmp_path: Path) -> None:
+    # JSON nested past the decoder's depth (a RecursionError, not a ValueError), deep inside a
+    # field too, and bytes that are not UTF-8: each is that line's error, never a traceback.
+    p1, p2, p3 = three_problems()
+    deep = "[" * 100_000
+    path = tmp_path / "gen.jsonl"
+    path.write_bytes(b"\n".join([json.dumps(p1).encode(), deep.encode(),
+                                 json.dumps(p2).encode(),
+                                 b'{"id": "d", "responses": ' + deep.encode() + b"}",
+                                 b'{"id": "u", "responses": ["\xff"]}',
+                                 json.dumps(p3).encode()]) + b"\n")
+    cfg = EvalConfig(input=path, output=tmp_path / "summary.json", progress="off")
+    with pytest.raises(VerifierError, match=r"gen\.jsonl line 2: not valid JSON: nested too "
+                                            r"deeply.*--skip-invalid"):
+        run_eval(cfg)
+    assert not cfg.output.exists()
+
+    cfg.skip_invalid = True
+    summary = run_eval(cfg)
+    check_three_problems(summary)
+    assert [s["line"] for s in summary["skipped"]] == [2, 4, 5]
+    assert "nested too deeply" in summary["skipped"][1]["reason"]
+    assert "not UTF-8" in summary["skipped"][2]["reason"]
+
+
+def test_problem_over_the_ground_truth_cap_is_not_judged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A ground truth the verifier would refuse (over MAX_GROUND_TRUTH_CHARS; lowered here) is
+    # never sent: its responses are INVALID_INPUT, and they fail the run unless allowed.
+    import verifier.evaluate as evaluate
+
+    monkeypatch.setattr(evaluate, "MAX_GROUND_TRUTH_CHARS", 100, raising=False)
+    rows = three_problems() + [problem("big", "9" * 200, [True, True], "aime25")]
+    per_response = tmp_path / "per_response.jsonl"
+    cfg = config(tmp_path, rows, results_output=per_response)
+    with pytest.raises(VerifierError, match=r"1 problems could not be judged \('big': the "
+                                            r"ground truth is 202 characters of JSON, over "
+                                            r"the verifier's cap of 100\)"):
+        run_eval(cfg)
+    assert not cfg.output.exists()
+    records = [json.loads(line) for line in per_response.read_text().splitlines()]
+    assert [r["status"] for r in records[-2:]] == ["INVALID_INPUT", "INVALID_INPUT"]
+    assert len(records) == 14   # the other problems were scored all the same
+
+    summary = run_eval(config(tmp_path, rows, allow_errors=True))
+    assert summary["not_judged"] == [{"id": "big", "line": 4, "n_responses": 2,
+                                      "reason": "the ground truth is 202 characters of JSON, "
+                                                "over the verifier's cap of 100"}]
+    assert summary["n_not_judged"] == 1
+    assert summary["errors"] == {"INVALID_INPUT": 2}
+    assert summary["by_problem"]["big"] == [False, False]
+    assert summary["profiles"] == {"-": 2, "default": 12}   # never sent to a scorer
+
+
+def test_eval_help_says_what_the_flags_do(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["eval", "--help"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "nested too deeply" in text                        # --skip-invalid
+    assert "not_judged" in text and "never sent" in text      # --allow-errors

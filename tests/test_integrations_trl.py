@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import pickle
+import shutil
 import time
 import types
 from concurrent.futures import ProcessPoolExecutor
@@ -149,6 +150,32 @@ def test_grpo_stops_on_an_unjudged_completion_by_default(server, policy_dir, tmp
         trainer.train()
     assert len(err.value.unjudged) == 4
     assert trainer.state.global_step == 0
+
+
+def test_grpo_a_runaway_completion_is_a_zero_not_an_error(server, policy_dir, tmp_path) -> None:
+    # A policy's output must never make the reward raise: a completion over the verifier's
+    # 1,000,000-character cap is RESPONSE_TOO_LONG, a genuine 0 (it was INVALID_INPUT, and
+    # VerifierReward raised UnjudgedError, failing the TRL step). TRL decodes each completion
+    # with the policy's tokenizer; in this copy of the policy the tokenizer spells the token
+    # "2" as two million characters, so every completion that answers 2 reaches the reward
+    # function as a runaway generation, through TRL's own generate-decode-reward path.
+    runaway = tmp_path / "runaway"
+    shutil.copytree(policy_dir, runaway)
+    spec = json.loads((runaway / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    vocab["x" * 2_000_000] = vocab.pop("2")
+    (runaway / "tokenizer.json").write_text(json.dumps(spec))
+    _, addr = server
+    reward = Recording(addr)  # on_unjudged="raise", the default
+    trainer = grpo(runaway, reward, tmp_path / "out", rows=[("one", "1"), ("uno", "1"),
+                                                            ("one", "1")], steps=1)
+    trainer.train()
+    assert trainer.state.global_step == 1
+    (call,) = reward.calls
+    texts = [c[0]["content"] for c in call["completions"]]
+    long = [r for t, r in zip(texts, call["rewards"]) if len(t) > 1_000_000]
+    assert long and long == [0.0] * len(long)  # judged, and judged zero
+    assert any(r == 1.0 for t, r in zip(texts, call["rewards"]) if len(t) < 1000)
 
 
 def test_grpo_with_plain_text_prompts_scores_string_completions(server, policy_dir,

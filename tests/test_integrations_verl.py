@@ -215,6 +215,22 @@ def test_bad_ground_truth_names_the_sample_and_is_never_zero(server) -> None:
     assert result.status.value == "INVALID_INPUT" and "code ground_truth" in result.detail
 
 
+def test_a_runaway_response_is_a_zero_never_an_error(server) -> None:
+    # What a policy writes never raises: a response over the verifier's cap is
+    # RESPONSE_TOO_LONG with score 0, in the single and the batched call, math and code.
+    _, addr = server
+    runaway = "x" * 2_000_110
+    fn = custom_reward_fn("compute_score", {"addr": addr})
+    out = fn(data_source="aime24", solution_str=runaway, ground_truth="1", extra_info={})
+    assert out["score"] == 0.0 and out["status"] == "RESPONSE_TOO_LONG"
+    batch = custom_reward_fn("compute_score_batch", {"addr": addr})
+    scores = batch(data_sources=["a", "lcb", "c"], solution_strs=[runaway, runaway + PROGRAM,
+                                                                  "\\boxed{1}"],
+                   ground_truths=["1", TESTS, "1"], extra_infos=[{}, {"domain": "code"}, {}])
+    assert [s["score"] for s in scores] == [0.0, 0.0, 1.0]
+    assert [s["status"] for s in scores] == ["RESPONSE_TOO_LONG"] * 2 + ["CORRECT"]
+
+
 def test_unknown_keyword_warns_once(server, caplog) -> None:
     _, addr = server
     with caplog.at_level(logging.WARNING, logger="verifier.integrations.verl"):

@@ -36,6 +36,7 @@ CASES = {
                                     {"inputs": ["1"], "outputs": ["1"], "fn_name": "f"}),
     Status.SYNTAX_ERROR: code_item("i", "def f(:\n    pass", STDIO),
     Status.INVALID_INPUT: {"id": "j", "domain": "chemistry", "response": "x", "ground_truth": "1"},
+    Status.RESPONSE_TOO_LONG: math_item("k", "x" * 1_000_001, "1"),
 }
 
 

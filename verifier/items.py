@@ -40,6 +40,7 @@ class Status(str, enum.Enum):
     INVALID_INPUT = "INVALID_INPUT"
     SANDBOX_ERROR = "SANDBOX_ERROR"
     INTERNAL_ERROR = "INTERNAL_ERROR"
+    RESPONSE_TOO_LONG = "RESPONSE_TOO_LONG"
 
 
 NOT_A_VERDICT = (Status.INVALID_INPUT, Status.SANDBOX_ERROR, Status.INTERNAL_ERROR)
@@ -170,6 +171,16 @@ def invalid(detail: str) -> Outcome:
     return Outcome(Status.INVALID_INPUT, detail)
 
 
+def response_too_long(n_chars: int) -> Outcome:
+    """A response over MAX_RESPONSE_CHARS: the policy's failure (a runaway generation), judged
+    as a genuine zero (RESPONSE_TOO_LONG), not the item's (INVALID_INPUT), so no trainer or
+    reward function ever drops or raises on something a policy wrote."""
+    return Outcome(
+        Status.RESPONSE_TOO_LONG,
+        f"the response has {n_chars} characters, over the verifier's cap of {MAX_RESPONSE_CHARS}",
+    )
+
+
 def decode_ground_truth(value: Any) -> Any:
     """Undo one level of JSON-in-a-string for list/object ground truths (Skywork-OR1-RL-Data
     stores ``'["3"]'`` and code tests as JSON text). A plain answer string is returned as is:
@@ -180,7 +191,9 @@ def decode_ground_truth(value: Any) -> Any:
         if s[:1] in ("[", "{"):
             try:
                 decoded = json.loads(s)
-            except ValueError:
+            except (ValueError, RecursionError):
+                # RecursionError: thousands of brackets (json's depth bound); then the text
+                # is not a JSON list or object in any useful sense: judge it as written.
                 return value
             if isinstance(decoded, dict):
                 return decoded
@@ -232,9 +245,7 @@ def validate_item(item: Item) -> Outcome | None:
     if not isinstance(item.response, str):
         return invalid(f"'response' must be a string, got {type(item.response).__name__}")
     if len(item.response) > MAX_RESPONSE_CHARS:
-        return invalid(
-            f"'response' has {len(item.response)} characters, over the cap of {MAX_RESPONSE_CHARS}"
-        )
+        return response_too_long(len(item.response))
     if item.ground_truth is None:
         return invalid("'ground_truth' is missing")
     return None

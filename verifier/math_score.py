@@ -82,6 +82,7 @@ from verifier.items import (
     Status,
     decode_ground_truth,
     invalid,
+    response_too_long,
 )
 
 log = logging.getLogger(__name__)
@@ -188,7 +189,7 @@ def _checked(response: str, ground_truth: Any) -> list[str] | Outcome:
     if not isinstance(response, str):
         return invalid(f"'response' must be a string, got {type(response).__name__}")
     if len(response) > MAX_RESPONSE_CHARS:
-        return invalid(f"'response' has {len(response)} characters, over the cap of {MAX_RESPONSE_CHARS}")
+        return response_too_long(len(response))
     return golds
 
 

@@ -22,6 +22,7 @@ class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INVALID_INPUT: _ClassVar[Status]
     SANDBOX_ERROR: _ClassVar[Status]
     INTERNAL_ERROR: _ClassVar[Status]
+    RESPONSE_TOO_LONG: _ClassVar[Status]
 
 class RewardMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -40,6 +41,7 @@ SYNTAX_ERROR: Status
 INVALID_INPUT: Status
 SANDBOX_ERROR: Status
 INTERNAL_ERROR: Status
+RESPONSE_TOO_LONG: Status
 BINARY: RewardMode
 FRACTIONAL: RewardMode
 
