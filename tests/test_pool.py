@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from tests import pool_tasks as t
 from verifier.items import VerifierError
-from verifier.pool import DeadlineExceeded, DeadlinePool, TaskFailed, WorkerDied
+from verifier.pool import (MP_DIR_PREFIX, DeadlineExceeded, DeadlinePool, TaskFailed,
+                           WorkerDied)
 
 
 @pytest.fixture
@@ -92,3 +101,55 @@ def test_a_killed_worker_is_replaced_at_once(pool: DeadlinePool) -> None:
     while len(pool.pids()) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(pool.pids()) == 2
+
+
+_POOL_CHILD = """
+import multiprocessing.util, sys, time
+from verifier.pool import DeadlinePool
+pool = DeadlinePool(1)
+print(multiprocessing.util.get_temp_dir(), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    # A unix socket's path is at most 107 bytes, and the forkserver's lives in this directory:
+    # pytest's tmp_path is too long for it.
+    path = Path(tempfile.mkdtemp(prefix="mp", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_killed_verifiers_multiprocessing_dir_is_removed_at_the_next_start(short_tmp) -> None:
+    tmp_path = short_tmp
+    # Red team: a SIGKILLed replica left its pymp-* directory (the forkserver's socket) in /tmp,
+    # and nothing removed it. The pools' process now owns that directory and the next process
+    # that starts a pool removes the directories of dead owners (not of live ones).
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(Path(__file__).parents[1])}
+
+    def start() -> tuple[subprocess.Popen, Path]:
+        proc = subprocess.Popen([sys.executable, "-c", _POOL_CHILD], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = proc.stdout.readline().strip()
+        assert line, proc.stderr.read() if proc.poll() is not None else "no line"
+        return proc, Path(line)
+
+    victim, victim_dir = start()
+    live, live_dir = start()
+    try:
+        assert victim_dir.parent == tmp_path and victim_dir.name.startswith(MP_DIR_PREFIX)
+        assert not list(tmp_path.glob("pymp-*"))
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=30)
+        assert victim_dir.is_dir()  # nothing ran to remove it
+        third, third_dir = start()
+        try:
+            assert not victim_dir.exists() and live_dir.is_dir() and third_dir.is_dir()
+        finally:
+            third.kill()
+            third.wait(timeout=30)
+    finally:
+        live.kill()
+        live.wait(timeout=30)
+        victim.kill()

@@ -18,7 +18,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from tests.conftest import ServerProcess, math_item
 from verifier.client import ClientConfig, VerifierClient
-from verifier.items import Status
+from verifier.items import NOT_A_VERDICT, Status
 from verifier.proto import verifier_pb2 as pb
 from verifier.proto import verifier_pb2_grpc as pb_grpc
 from verifier.scoring import ScoringConfig
@@ -143,8 +143,17 @@ def test_bombs_next_to_normal_items(server) -> None:
                  limits=pb.Limits(timeout_s=-1)), "positive"),
         (pb.Item(id="t", domain="math", response="x", ground_truth_json='"1"',
                  limits=pb.Limits(timeout_s=10_000)), "maximum"),
-        (pb.Item(id="big", domain="math", response="x" * 1_000_001, ground_truth_json='"1"'), "cap"),
+        # json's decoder raises RecursionError, not ValueError, past ~1,000 levels (red team).
+        (pb.Item(id="deep", domain="math", response="x",
+                 ground_truth_json="[" * 100_000 + "]" * 100_000), "nested too deeply"),
+        (pb.Item(id="deepcode", domain="code", response="x",
+                 ground_truth_json='{"inputs": ' + "[" * 50_000 + "]" * 50_000 + "}"),
+         "nested too deeply"),
         (pb.Item(id="gt", domain="math", response=r"\boxed{1}", ground_truth_json="{}"), ""),
+        # Red team: memory_mb 1 or 8 crashed the harness, and a correct program got
+        # RUNTIME_ERROR, a genuine-looking zero for the caller's mistake.
+        (pb.Item(id="m", domain="code", response="x", ground_truth_json='{"inputs": ["1"], '
+                 '"outputs": ["1"]}', limits=pb.Limits(memory_mb=8)), "minimum of 32 MiB"),
     ],
 )
 def test_bad_items_get_invalid_input_and_do_not_spoil_the_batch(server, item, reason) -> None:
@@ -154,6 +163,32 @@ def test_bad_items_get_invalid_input_and_do_not_spoil_the_batch(server, item, re
     statuses = [pb.Status.Name(r.status) for r in resp.results]
     assert statuses == ["CORRECT", "INVALID_INPUT", "CORRECT"]
     assert reason in resp.results[1].detail
+
+
+@pytest.mark.parametrize("domain, gt", [("math", '"1"'), ("code", json.dumps(
+    {"inputs": ["1\n"], "outputs": ["1\n"]}))])
+def test_an_over_long_response_is_a_genuine_zero_not_invalid_input(server, domain, gt) -> None:
+    # A runaway generation is the policy's doing: RESPONSE_TOO_LONG, reward 0, a verdict
+    # (INVALID_INPUT would make the TRL and verl reward functions raise on it).
+    _, addr = server
+    long = pb.Item(id="long", domain=domain, response="x" * 2_000_110, ground_truth_json=gt)
+    resp = stub(addr).Score(pb.ScoreRequest(items=[long]), timeout=30)
+    r = resp.results[0]
+    assert pb.Status.Name(r.status) == "RESPONSE_TOO_LONG" and r.reward == 0.0
+    assert "2000110 characters" in r.detail and "cap of 1000000" in r.detail
+    assert Status.RESPONSE_TOO_LONG not in NOT_A_VERDICT
+
+
+def test_a_deeply_nested_gold_in_a_stream_does_not_sink_it(server) -> None:
+    # A JSON list in a string gold ("[[[[...") is decoded on the server's thread: a few
+    # thousand brackets raised RecursionError there, and the stream failed with INTERNAL.
+    _, addr = server
+    items = [math_item("deep", r"\boxed{1}", "[" * 5000 + "]" * 5000),
+             math_item("ok", r"\boxed{4}", "4")]
+    with VerifierClient(addr) as client:
+        by_id = {r.id: r for r in client.stream(items)}
+    assert by_id["ok"].status is Status.CORRECT
+    assert by_id["deep"].status not in (Status.INTERNAL_ERROR, Status.SANDBOX_ERROR)
 
 
 def test_full_queue_is_resource_exhausted_with_retry_hint() -> None:
@@ -283,6 +318,55 @@ def test_sigterm_drains_in_flight_work() -> None:
         sp.terminate(signal.SIGKILL)
 
 
+def test_a_drain_stops_the_samples_still_running() -> None:
+    """SIGTERM with a short grace while a program sleeps through a long budget: the cancelled
+    sample's jail is killed and the server exits within seconds (it waited out the sample's
+    whole budget before: 37 s with --grace-s 3, up to 300 s under lcb)."""
+    sp = ServerProcess(0, "--grace-s", "1", "--workers", "1")
+    try:
+        client = VerifierClient(sp.address, ClientConfig(max_retries=0))
+        client.wait_ready()
+        slow = {"id": "slow", "domain": "code",
+                "response": "```python\nimport time\ntime.sleep(120)\n```",
+                "ground_truth": {"inputs": ["\n"], "outputs": ["\n"]},
+                "limits": {"test_timeout_s": 150, "timeout_s": 200}}
+        th = threading.Thread(target=lambda: _swallow(lambda: client.score([slow])), daemon=True)
+        th.start()
+        deadline = time.monotonic() + 30
+        while not _jails_of(sp.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _jails_of(sp.proc.pid), "the sample never started"
+        start = time.monotonic()
+        assert sp.terminate(signal.SIGTERM, timeout_s=60) == 0
+        assert time.monotonic() - start < 15
+        client.close()
+    finally:
+        sp.terminate(signal.SIGKILL)
+
+
+def _swallow(fn) -> None:
+    try:
+        fn()
+    except Exception:  # noqa: BLE001 - the call is cut by the drain; only the exit matters
+        pass
+
+
+def _jails_of(pid: int) -> list[int]:
+    """Descendant processes of ``pid`` running nsjail."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            if ppid == pid and "nsjail" in (d / "cmdline").read_bytes().decode(errors="replace"):
+                out.append(int(d.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
 def test_check_cli_embedded_and_remote(server, tmp_path) -> None:
     from verifier.cli import main
 
@@ -291,12 +375,19 @@ def test_check_cli_embedded_and_remote(server, tmp_path) -> None:
     lines = [json.dumps(i) for i in normal_items(6, prefix="c")]
     lines.insert(2, "{this is not json")
     lines.insert(4, json.dumps({"id": "nodomain", "response": "x", "ground_truth": "1"}))
+    # Red team: a line of deeply nested JSON raised RecursionError and the command wrote
+    # nothing; a math gold of thousands of brackets in a string did the same on the server.
+    lines.insert(6, "[" * 100_000 + "]" * 100_000)
+    lines.append(json.dumps(math_item("deepgold", r"\boxed{1}", "[" * 5000 + "]" * 5000)))
     src.write_text("\n".join(lines) + "\n")
     for extra in ([], ["--addr", addr]):
         out = tmp_path / f"out{len(extra)}.jsonl"
         assert main(["check", "--input", str(src), "--output", str(out), "--progress", "off", *extra]) == 0
         rows = [json.loads(x) for x in out.read_text().splitlines()]
-        assert [r["id"] for r in rows] == ["c0", "c1", "line3", "c2", "nodomain", "c3", "c4", "c5"]
+        assert [r["id"] for r in rows] == ["c0", "c1", "line3", "c2", "nodomain", "c3", "line7",
+                                           "c4", "c5", "deepgold"]
+        assert rows[6]["status"] == "INVALID_INPUT" and "nested too deeply" in rows[6]["detail"]
+        assert rows[9]["status"] not in ("INTERNAL_ERROR", "SANDBOX_ERROR")
         assert rows[2]["status"] == "INVALID_INPUT" and "line 3" in rows[2]["detail"]
         assert rows[4]["status"] == "INVALID_INPUT" and "domain" in rows[4]["detail"]
         assert [rows[i]["status"] for i in (0, 1, 3)] == ["INCORRECT", "CORRECT", "CORRECT"]

@@ -72,6 +72,9 @@ def read_items(path: Path) -> Iterator[Item | tuple[str, Outcome]]:
                 continue
             try:
                 obj = json.loads(line)
+            except RecursionError:  # json's depth bound: thousands of brackets on one line
+                yield f"line{lineno}", invalid(f"{path.name} line {lineno}: JSON nested too deeply")
+                continue
             except ValueError as e:
                 yield f"line{lineno}", invalid(f"{path.name} line {lineno}: not valid JSON: {e}")
                 continue

@@ -65,6 +65,10 @@ def item_from_proto(msg: pb.Item) -> Item | tuple[str, Outcome]:
         return msg.id, invalid("'ground_truth_json' is empty")
     try:
         ground_truth = json.loads(msg.ground_truth_json)
+    except RecursionError:
+        # json's C decoder bounds its depth by the interpreter's recursion limit and raises
+        # RecursionError, not ValueError: a few thousand brackets are the item's problem.
+        return msg.id, invalid("ground_truth_json is nested too deeply")
     except ValueError as e:
         return msg.id, invalid(f"ground_truth_json is not valid JSON: {e}")
     return Item(
@@ -90,7 +94,7 @@ def item_to_proto(item: Item | dict[str, Any]) -> pb.Item:
                             "invalid_argument")
     try:
         gt_json = json.dumps(item.ground_truth)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         raise VerifierError(f"item {item.id!r}: ground_truth is not JSON: {e}",
                             "invalid_argument") from None
     return pb.Item(

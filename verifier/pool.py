@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Callable
 
+from sandbox.scratch import OwnedDir, sweep_dead
 from verifier.items import VerifierError
 
 log = logging.getLogger(__name__)
@@ -218,6 +219,37 @@ class _Slot:
             task.future.set_exception(TaskFailed(reply[1], reply[2]))
 
 
+MP_DIR_PREFIX = "magic-verifier-mp-"
+"""multiprocessing's temporary directory of a verifier process (its forkserver's socket)."""
+_mp_dir: OwnedDir | None = None
+_mp_dir_lock = threading.Lock()
+
+
+def _own_multiprocessing_tempdir() -> None:
+    """Point multiprocessing's temporary directory (``pymp-*`` by default, where the
+    forkserver's socket lives) at a directory this process owns (sandbox/scratch.py), once per
+    process, after removing those of dead predecessors: a SIGKILLed replica runs no cleanup,
+    and its ``pymp-*`` directory would stay in /tmp forever. ``util.get_temp_dir`` reads the
+    process's ``_config["tempdir"]`` (CPython 3.8-3.13); where that is missing, multiprocessing
+    keeps its own directory."""
+    global _mp_dir
+    with _mp_dir_lock:
+        if _mp_dir is not None:
+            return
+        config = getattr(multiprocessing.process.current_process(), "_config", None)
+        if not isinstance(config, dict):
+            return
+        sweep_dead(MP_DIR_PREFIX)
+        owned = OwnedDir(MP_DIR_PREFIX)
+        # The forkserver's socket is <dir>/listener-XXXXXXXX, and a unix socket's path has at
+        # most 107 bytes: under a long TMPDIR keep multiprocessing's shorter pymp-* name.
+        if len(owned.path.encode()) + len("/listener-XXXXXXXX") > 100:
+            owned.remove()
+            return
+        _mp_dir = owned
+        config["tempdir"] = owned.path
+
+
 class DeadlinePool:
     """A fixed number of worker processes; each task runs under a hard deadline.
 
@@ -238,6 +270,7 @@ class DeadlinePool:
             raise ValueError("workers must be >= 1")
         self.workers = workers
         self.memory_mb = memory_mb
+        _own_multiprocessing_tempdir()
         self._ctx = multiprocessing.get_context("forkserver")
         if preload:
             self._ctx.set_forkserver_preload(list(preload))

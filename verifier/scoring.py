@@ -12,13 +12,13 @@ import logging
 import math
 import threading
 import time
-from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from sandbox import SandboxKind, SandboxUnavailable, create_sandbox
 from verifier.items import Item, Limits, Outcome, Result, Status, VerifierError, validate_item
-from verifier.code_score import score_code
+from verifier.code_score import MIN_MEMORY_MB, score_code
 from verifier.math_score import quick_verdict, score_math
 from verifier.pool import TASK_CPU, DeadlineExceeded, DeadlinePool, TaskFailed, WorkerDied
 from verifier.profiles import Profile, ProfileName, get_profile
@@ -66,7 +66,7 @@ class ScoringConfig:
 def _preload_modules() -> tuple[str, ...]:
     # Imported once in the forkserver so each (re)started worker begins warm. (One forkserver
     # serves both pools: multiprocessing keeps one per process.)
-    return ("verifier.math_worker", "verifier.output_compare")
+    return ("verifier.math_worker", "verifier.output_compare", "verifier.ground_truth")
 
 
 def _math_task(response: str, ground_truth: Any, limits: Limits, profile: str) -> Outcome:
@@ -106,6 +106,9 @@ class Scorer:
         self._code_slots = threading.BoundedSemaphore(config.max_pending + code_slots)
         self.sandbox = sandbox
         self.sandbox_problem: str | None = None
+        # A sandbox this Scorer opened is its to close (close() kills its running jails); one
+        # passed in (tests share one) is the caller's.
+        self._owns_sandbox = sandbox is None
         if sandbox is None:
             self.sandbox, self.sandbox_problem = open_sandbox(
                 config.sandbox,
@@ -132,13 +135,27 @@ class Scorer:
         if isinstance(item, tuple):
             item_id, outcome = item
             return _done(Result.from_outcome(item_id, outcome, Limits(), 0.0))
-        problem = validate_item(item) or self._check_limits(item.limits)
-        if problem is not None:
-            return _done(Result.from_outcome(item.id, problem, item.limits, 0.0, item.data_source))
-        profile = get_profile(item.profile, self.config.profile)
-        if item.domain == "math":
-            return self._submit_math(item, profile, start, block_s)
-        return self._submit_code(item, profile, start, block_s)
+        try:
+            problem = validate_item(item) or self._check_limits(item.limits)
+            if problem is not None:
+                return _done(Result.from_outcome(item.id, problem, item.limits, 0.0,
+                                                 item.data_source))
+            profile = get_profile(item.profile, self.config.profile)
+            if item.domain == "math":
+                return self._submit_math(item, profile, start, block_s)
+            return self._submit_code(item, profile, start, block_s)
+        except VerifierError:
+            raise  # the queue is full: the caller's to handle (backpressure), not the item's
+        except Exception as e:  # noqa: BLE001 - one item must never sink its batch or stream
+            # Everything above runs on the caller's thread (a gRPC handler) before the item is
+            # queued; an exception here (a RecursionError on a freak ground truth, ...) would
+            # otherwise fail the whole call. It is this item's INVALID_INPUT.
+            log.warning("item could not be read", extra={"item_id": item.id,
+                                                         "error": f"{type(e).__name__}: {e}"})
+            outcome = Outcome(Status.INVALID_INPUT,
+                              f"the item could not be read: {type(e).__name__}: {e}"[:500])
+            return _done(Result.from_outcome(item.id, outcome, Limits(), 0.0,
+                                             getattr(item, "data_source", "")))
 
     def score(self, items: Iterable[Item | tuple[str, Outcome]]) -> list[Result]:
         """Score a batch in order (blocking; waits for queue room instead of failing)."""
@@ -158,6 +175,11 @@ class Scorer:
         if self._closed:
             return
         self._closed = True
+        if self._owns_sandbox and self.sandbox is not None:
+            # First: SIGKILL the jails still running (a drain past its grace), so the code
+            # threads below return at once instead of after a program's whole budget (up to
+            # 300 s under lcb); their items end as SANDBOX_ERROR for calls already gone.
+            self.sandbox.close()
         self._pool.shutdown()
         self._compare_pool.shutdown()
         self._code_threads.shutdown(wait=True, cancel_futures=True)
@@ -193,6 +215,14 @@ class Scorer:
                     f"limits.{name}={v:g} s is over this server's maximum of "
                     f"{self.config.max_timeout_s:g} s",
                 )
+        if limits.memory_mb is not None and limits.memory_mb < MIN_MEMORY_MB:
+            # Below it the judge's own harness cannot start, and a correct program would get
+            # RUNTIME_ERROR: a genuine-looking zero for what is the caller's mistake.
+            return Outcome(
+                Status.INVALID_INPUT,
+                f"limits.memory_mb={limits.memory_mb} MiB is under this server's minimum of "
+                f"{MIN_MEMORY_MB} MiB (the judge's harness needs it)",
+            )
         if limits.memory_mb is not None and limits.memory_mb > self.config.max_memory_mb:
             return Outcome(
                 Status.INVALID_INPUT,
@@ -242,7 +272,10 @@ class Scorer:
                 outcome = Outcome(Status.INTERNAL_ERROR, str(e))
             except Exception as e:  # noqa: BLE001 - one result per item, whatever happened
                 outcome = Outcome(Status.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
-            out.set_result(_result(item, outcome, limits, start, profile))
+            try:
+                out.set_result(_result(item, outcome, limits, start, profile))
+            except InvalidStateError:
+                pass  # the call went away and cancelled ``out`` while the worker finished
 
         # Cancelling the outer future (an RPC that went away) cancels the queued inner task.
         out.add_done_callback(lambda f: inner.cancel() if f.cancelled() else None)

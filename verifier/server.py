@@ -4,12 +4,14 @@
 - ``serve(config)``: the ``verifier serve`` command: health + reflection, SIGTERM drain.
 
 VerifierError is the one domain exception; ``_abort`` maps it to a gRPC status code, and no
-other place in the service chooses status codes (the token interceptor of verifier/auth.py
-refuses calls through it too).
+other place in the service chooses status codes (the call gate of verifier/call_gate.py refuses
+calls through it too).
 
-Access control (verifier/auth.py): TLS or mutual TLS, and/or a bearer token checked by a server
-interceptor; health checks need no token (probes). Metrics (verifier/metrics.py): a Prometheus
-endpoint on its own port when ``metrics_port`` is set.
+Access control (verifier/auth.py): TLS or mutual TLS, and/or a bearer token checked by the call
+gate (verifier/call_gate.py) when a call's headers arrive, before its body is read; health
+checks need no token (probes). The gate also admits calls (scoring and health have separate
+slots) and cancels callers that stall. Metrics (verifier/metrics.py): a Prometheus endpoint on
+its own port when ``metrics_port`` is set.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from verifier.auth import TokenInterceptor, TokenSource, server_credentials
+from verifier.auth import TokenSource, server_credentials
+from verifier.call_gate import CallGate, current_call
 from verifier.convert import RETRY_AFTER_KEY, item_from_proto, result_to_proto
-from verifier.items import Result, Status, VerifierError
+from verifier.items import Outcome, Result, Status, VerifierError
 from verifier.metrics import ServerMetrics
 from verifier.proto import verifier_pb2 as pb
 from verifier.proto import verifier_pb2_grpc as pb_grpc
@@ -77,7 +80,18 @@ class ServeConfig:
     """Largest gRPC message either way, MiB. Code rows carry ~105 KB of tests each on average,
     so a 256-item batch of them needs ~27 MiB; the default leaves room for outliers."""
     max_concurrent_rpcs: int = 64
-    """RPCs served at once; more get RESOURCE_EXHAUSTED at once instead of queueing unbounded."""
+    """Scoring (and reflection) calls served at once; more get RESOURCE_EXHAUSTED at once
+    instead of queueing unbounded. Health checks have slots of their own (--max-probe-calls)."""
+    max_probe_calls: int = 16
+    """Health checks served at once, on threads of their own: no number of scoring calls can
+    starve the probes."""
+    request_timeout_s: float = 60.0
+    """Seconds a unary call may take to deliver its request message after its headers; a
+    caller that sends headers and never a body is cancelled instead of holding a slot."""
+    idle_timeout_s: float = 300.0
+    """Seconds a ScoreStream with nothing being scored may go without sending an item or taking
+    a result before it is cancelled (the fleet client reopens a stream when it needs one). At
+    the call limit, a call waiting on its client for 2 s gives its slot to a new call."""
     stream_inflight: int = 512
     """Items one stream may have in flight; past it the server stops reading that stream
     (gRPC flow control then slows the client), so one client cannot fill the whole queue."""
@@ -136,6 +150,12 @@ class ServeConfig:
             )
         if self.max_message_mb < 1:
             raise ValueError("max_message_mb must be >= 1")
+        for name in ("max_concurrent_rpcs", "max_probe_calls"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+        for name in ("request_timeout_s", "idle_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be > 0 seconds")
         for name in ("tls_cert", "tls_key", "tls_client_ca"):
             path = getattr(self, name)
             if path is not None and not Path(path).is_file():
@@ -222,7 +242,11 @@ class VerifierServicer(pb_grpc.VerifierServicer):
         dispatch; the future gets a ``domain`` attribute (for the "encode" stage)."""
         if cpu_start is None:
             cpu_start = time.thread_time()
-        item = item_from_proto(msg)
+        try:
+            item = item_from_proto(msg)
+        except Exception as e:  # noqa: BLE001 - one item never sinks its call
+            item = (msg.id, Outcome(Status.INVALID_INPUT,
+                                    f"the item could not be read: {type(e).__name__}: {e}"[:500]))
         domain = msg.domain
         self.metrics.item_started(domain)
         try:
@@ -323,9 +347,14 @@ class VerifierServicer(pb_grpc.VerifierServicer):
         reader_state: dict = {"submitted": 0, "error": None}
         reader_done = object()
 
+        # The call gate's record of this stream: it cancels a stream that has nothing being
+        # scored and makes no progress (verifier/call_gate.py).
+        gated = current_call()
+
         def on_done(f: cf.Future) -> None:
             with lock:
                 live.discard(f)
+            gated.item_finished()
             if f.cancelled():
                 slots.release()
             else:
@@ -343,6 +372,7 @@ class VerifierServicer(pb_grpc.VerifierServicer):
                     while not slots.acquire(timeout=0.5):
                         if not context.is_active():
                             return
+                    gated.item_started()
                     while True:
                         try:
                             fut = self._submit(msg, block_s=0.5, cpu_start=mark)
@@ -350,6 +380,7 @@ class VerifierServicer(pb_grpc.VerifierServicer):
                         except VerifierError as e:
                             if e.code != "resource_exhausted" or not context.is_active():
                                 slots.release()
+                                gated.item_finished()
                                 raise
                     with lock:
                         live.add(fut)
@@ -390,6 +421,7 @@ class VerifierServicer(pb_grpc.VerifierServicer):
                 self.metrics.observe_costs(getattr(x, "domain", ""),
                                            {"encode": time.thread_time() - cpu0})
                 slots.release()
+                gated.touch()
         finally:
             with lock:
                 pending = list(live)
@@ -403,8 +435,9 @@ class VerifierServer:
 
     def __init__(self, grpc_server: grpc.Server, scorer: Scorer,
                  health_servicer: health.HealthServicer, metrics: ServerMetrics | None = None,
-                 extra_servers: tuple[grpc.Server, ...] = ()):
+                 extra_servers: tuple[grpc.Server, ...] = (), gate: CallGate | None = None):
         self.grpc_server = grpc_server
+        self.gate = gate
         self.scorer = scorer
         self.health = health_servicer
         self.metrics = metrics or ServerMetrics()
@@ -429,6 +462,8 @@ class VerifierServer:
         self.grpc_server.stop(grace_s).wait()
         for extra in self.extra_servers:
             extra.stop(0).wait()
+        if self.gate is not None:
+            self.gate.close()
         self.scorer.close()
         self.metrics.close()
         self._stopped.set()
@@ -444,12 +479,14 @@ def _bind(grpc_server: grpc.Server, address: str, config: ServeConfig) -> int:
     return grpc_server.add_insecure_port(address)
 
 
-def _deny(metrics: ServerMetrics) -> Callable[[grpc.ServicerContext, str, str], None]:
-    def deny(context: grpc.ServicerContext, method: str, why: str) -> None:
-        metrics.request_done(method.rsplit("/", 1)[-1], "UNAUTHENTICATED", time.monotonic())
+def _deny(metrics: ServerMetrics) -> Callable[[grpc.ServicerContext, str, VerifierError], None]:
+    """The call gate's refusal: books it, logs it, and aborts through ``_abort``."""
+    def deny(context: grpc.ServicerContext, method: str, err: VerifierError) -> None:
+        code = _GRPC_CODES.get(err.code, grpc.StatusCode.INTERNAL).name
+        metrics.request_done(method.rsplit("/", 1)[-1], code, time.monotonic())
         log.warning("call refused", extra={"peer": _peer(context), "method": method,
-                                           "reason": why})
-        _abort(context, VerifierError(why, "unauthenticated"))
+                                           "reason": str(err)})
+        _abort(context, err)
     return deny
 
 
@@ -465,17 +502,22 @@ def create_server(
     metrics = ServerMetrics()
     metrics.attach_scorer(scorer)
     max_bytes = config.max_message_mb * 1024 * 1024
-    interceptors: list[grpc.ServerInterceptor] = []
-    if config.token_file is not None or config.token_env is not None:
-        interceptors.append(TokenInterceptor(TokenSource(config.token_file, config.token_env),
-                                             _deny(metrics)))
+    tokens = (TokenSource(config.token_file, config.token_env)
+              if config.token_file is not None or config.token_env is not None else None)
+    gate = CallGate(
+        deny=_deny(metrics), tokens=tokens, max_calls=config.max_concurrent_rpcs,
+        max_probe_calls=config.max_probe_calls, request_timeout_s=config.request_timeout_s,
+        idle_timeout_s=config.idle_timeout_s,
+        on_refused=lambda reason: metrics.rejected.labels(reason=reason).inc())
+    # The gate (verifier/call_gate.py) admits calls: tokens, slots, the client-side deadlines.
     # Each streaming RPC holds one pool thread (plus its own reader thread); unary calls hold
-    # one while they wait. maximum_concurrent_rpcs turns overload into RESOURCE_EXHAUSTED.
+    # one while they run. gRPC's own maximum_concurrent_rpcs is only a backstop above the
+    # gate's limits (refusals in flight count there too, for the microseconds they take).
     grpc_server = grpc.server(
         cf.ThreadPoolExecutor(max_workers=config.max_concurrent_rpcs + 4,
                               thread_name_prefix="verifier-rpc"),
-        maximum_concurrent_rpcs=config.max_concurrent_rpcs,
-        interceptors=interceptors,
+        maximum_concurrent_rpcs=4 * (config.max_concurrent_rpcs + config.max_probe_calls),
+        interceptors=[gate],
         options=[
             ("grpc.max_receive_message_length", max_bytes),
             ("grpc.max_send_message_length", max_bytes),
@@ -483,10 +525,9 @@ def create_server(
             *SERVER_KEEPALIVE_OPTIONS,
         ],
     )
-    pb_grpc.add_VerifierServicer_to_server(
-        VerifierServicer(scorer, config.stream_inflight, scorer.config.max_pending, metrics),
-        grpc_server,
-    )
+    servicer = VerifierServicer(scorer, config.stream_inflight, scorer.config.max_pending,
+                                metrics)
+    pb_grpc.add_VerifierServicer_to_server(servicer, grpc_server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, grpc_server)
     reflection.enable_server_reflection(
@@ -513,10 +554,11 @@ def create_server(
             mhost = config.metrics_host or host.strip("[]")
             metrics_port = metrics.serve_http(mhost, config.metrics_port)
     except BaseException:
+        gate.close()
         scorer.close()
         metrics.close()
         raise
-    server = VerifierServer(grpc_server, scorer, health_servicer, metrics, tuple(extra))
+    server = VerifierServer(grpc_server, scorer, health_servicer, metrics, tuple(extra), gate)
     server.health_port = health_port
     server.metrics_port = metrics_port
     server.start()
