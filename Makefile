@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-done
 
-.PHONY: setup test demo demo-verifier bench protos images engine-stop clean
+.PHONY: setup test demo demo-verifier bench soak protos images engine-stop clean
 
 setup: $(STAMP)
 
@@ -24,6 +24,9 @@ demo-verifier: setup
 bench: setup
 	$(PY) benchmarks/bench_math.py
 	$(PY) benchmarks/bench_code.py
+
+soak: setup
+	$(PY) benchmarks/soak.py
 
 protos: setup
 	bash scripts/gen_protos.sh
