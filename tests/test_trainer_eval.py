@@ -230,15 +230,26 @@ def test_filter_stops_on_responses_that_cannot_be_judged(client, tmp_path) -> No
     quiet = run_filter(FilterOptions(input=src, output=tmp_path / "a.jsonl", k=2, lo=0, hi=2),
                        FakeEngine(lambda ids, j: "no think block"), client, lambda p: [0])
     assert quiet.histogram == {0: 2}
-    # ...a response the verifier cannot judge (over its size cap: INVALID_INPUT) is not
+    # ...and so is a runaway response (over the verifier's cap: RESPONSE_TOO_LONG, the policy's
+    # own failure, a genuine zero)...
     huge = FakeEngine(lambda ids, j: "x" * 1_000_001 if ids == [1] and j == 0 else right("1"))
-    opts = FilterOptions(input=src, output=tmp_path / "b.jsonl", k=2, hi=2, batch_size=1)
-    with pytest.raises(FilterError, match="problem 'm1'.*1 of 2 responses could not be judged "
+    runaway = run_filter(FilterOptions(input=src, output=tmp_path / "r.jsonl", k=2, hi=2,
+                                       batch_size=1), huge, client, lambda p: [int(p.id[1:])])
+    assert runaway.histogram == {1: 1, 2: 1} and not runaway.errors_counted_as_incorrect
+    # ...but a response the verifier cannot judge (its item's gold is over the verifier's
+    # 100,000-character cap: INVALID_INPUT) is not
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps({"id": f"m{i}", "prompt": "p",
+                                       "ground_truth": "1" * 100_001 if i else "1"}) + "\n"
+                           for i in range(2)))
+    opts = FilterOptions(input=bad, output=tmp_path / "b.jsonl", k=2, hi=2, batch_size=1)
+    engine = FakeEngine(lambda ids, j: right("1"))
+    with pytest.raises(FilterError, match="problem 'm1'.*2 of 2 responses could not be judged "
                                           "\\(INVALID_INPUT"):
-        run_filter(opts, huge, client, lambda p: [int(p.id[1:])])
+        run_filter(opts, engine, client, lambda p: [int(p.id[1:])])
     opts.allow_errors = True  # counted as incorrect; batch 0 comes from the progress file
-    report = run_filter(opts, huge, client, lambda p: [int(p.id[1:])])
-    assert report.histogram == {1: 1, 2: 1} and report.errors_counted_as_incorrect == 1
+    report = run_filter(opts, engine, client, lambda p: [int(p.id[1:])])
+    assert report.histogram == {0: 1, 2: 1} and report.errors_counted_as_incorrect == 2
     assert report.batches_run == [1]
 
 
