@@ -5,6 +5,7 @@ checked only after the body, one slot limit shared with health, no client-side d
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from concurrent import futures as cf
@@ -44,6 +45,21 @@ def _server(tmp_path: Path | None = None, **overrides) -> tuple[object, str]:
                          max_concurrent_rpcs=SLOTS, **overrides)
     srv, port = create_server("127.0.0.1:0", config)
     return srv, f"127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def _stalling_server(tmp_path: Path | None = None, **overrides):
+    """A server, a channel to it, and the event that releases the stalled callers' bodies;
+    all ended on the way out."""
+    srv, addr = _server(tmp_path, **overrides)
+    release = threading.Event()
+    ch = grpc.insecure_channel(addr)
+    try:
+        yield srv, addr, ch, release
+    finally:
+        release.set()
+        ch.close()
+        srv.stop(0)
 
 
 def _wait_for(predicate, timeout_s: float = 10.0) -> bool:
@@ -91,10 +107,7 @@ def _health(addr: str) -> int:
 def test_unauthenticated_calls_that_never_send_a_body_take_no_slot(tmp_path) -> None:
     # Red team: with the token checked after the body, 30 such calls held every slot: 0 of 30
     # authenticated calls and 0 of 30 health checks served for 30 s.
-    srv, addr = _server(tmp_path)
-    release = threading.Event()
-    ch = grpc.insecure_channel(addr)
-    try:
+    with _stalling_server(tmp_path) as (srv, addr, ch, release):
         hung = [_headers_only(ch, SCORE, release) for _ in range(4 * SLOTS)]
         # Each is refused at its headers, while its body is still to come.
         for f in hung:
@@ -108,10 +121,6 @@ def test_unauthenticated_calls_that_never_send_a_body_take_no_slot(tmp_path) -> 
         assert statuses == ["CORRECT"] * (2 * SLOTS)
         assert probes == [health_pb2.HealthCheckResponse.SERVING] * (2 * SLOTS)
         assert time.monotonic() - start < 15
-    finally:
-        release.set()
-        ch.close()
-        srv.stop(0)
 
 
 def test_a_refused_call_is_not_read_into_memory(tmp_path) -> None:
@@ -148,10 +157,7 @@ def test_a_refused_call_is_not_read_into_memory(tmp_path) -> None:
 
 
 def test_a_caller_that_never_sends_its_body_is_cancelled(tmp_path) -> None:
-    srv, addr = _server(tmp_path, request_timeout_s=1.0)
-    release = threading.Event()
-    ch = grpc.insecure_channel(addr)
-    try:
+    with _stalling_server(tmp_path, request_timeout_s=1.0) as (srv, addr, ch, release):
         start = time.monotonic()
         f = _headers_only(ch, SCORE, release, metadata=_auth())
         with pytest.raises(grpc.RpcError) as e:
@@ -159,19 +165,12 @@ def test_a_caller_that_never_sends_its_body_is_cancelled(tmp_path) -> None:
         assert e.value.code() is grpc.StatusCode.CANCELLED
         assert 0.9 < time.monotonic() - start < 10
         assert _wait_for(lambda: srv.gate.active == (0, 0))
-    finally:
-        release.set()
-        ch.close()
-        srv.stop(0)
 
 
 def test_stalled_callers_give_their_slots_to_new_calls(tmp_path) -> None:
     # Authenticated callers that stall after their headers fill every slot; a new call at the
     # limit evicts the one waiting longest (after 2 s) instead of being refused.
-    srv, addr = _server(tmp_path)
-    release = threading.Event()
-    ch = grpc.insecure_channel(addr)
-    try:
+    with _stalling_server(tmp_path) as (srv, addr, ch, release):
         hung = [_headers_only(ch, SCORE, release, metadata=_auth()) for _ in range(SLOTS)]
         assert _wait_for(lambda: srv.gate.active[0] == SLOTS)
         time.sleep(2.5)  # past EVICTABLE_AFTER_S
@@ -184,10 +183,6 @@ def test_stalled_callers_give_their_slots_to_new_calls(tmp_path) -> None:
         # The next call finds a free slot and evicts nobody.
         assert _score_one(addr, 1, _auth()) == "CORRECT"
         assert sum(f.done() for f in hung) == 1
-    finally:
-        release.set()
-        ch.close()
-        srv.stop(0)
 
 
 def test_busy_calls_are_not_evicted_and_the_limit_still_holds(tmp_path) -> None:
