@@ -171,6 +171,12 @@ def invalid(detail: str) -> Outcome:
     return Outcome(Status.INVALID_INPUT, detail)
 
 
+def unreadable(err: Exception) -> Outcome:
+    """The INVALID_INPUT of an item whose reading raised ``err`` (a RecursionError on a freak
+    ground truth, ...): that item's result, never its call's failure."""
+    return invalid(f"the item could not be read: {type(err).__name__}: {err}"[:500])
+
+
 def response_too_long(n_chars: int) -> Outcome:
     """A response over MAX_RESPONSE_CHARS: the policy's failure (a runaway generation), judged
     as a genuine zero (RESPONSE_TOO_LONG), not the item's (INVALID_INPUT), so no trainer or

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from sandbox import SandboxKind, SandboxUnavailable, create_sandbox
-from verifier.items import Item, Limits, Outcome, Result, Status, VerifierError, validate_item
+from verifier.items import (Item, Limits, Outcome, Result, Status, VerifierError, unreadable,
+                            validate_item)
 from verifier.code_score import MIN_MEMORY_MB, score_code
 from verifier.math_score import quick_verdict, score_math
 from verifier.pool import TASK_CPU, DeadlineExceeded, DeadlinePool, TaskFailed, WorkerDied
@@ -152,9 +153,7 @@ class Scorer:
             # otherwise fail the whole call. It is this item's INVALID_INPUT.
             log.warning("item could not be read", extra={"item_id": item.id,
                                                          "error": f"{type(e).__name__}: {e}"})
-            outcome = Outcome(Status.INVALID_INPUT,
-                              f"the item could not be read: {type(e).__name__}: {e}"[:500])
-            return _done(Result.from_outcome(item.id, outcome, Limits(), 0.0,
+            return _done(Result.from_outcome(item.id, unreadable(e), Limits(), 0.0,
                                              getattr(item, "data_source", "")))
 
     def score(self, items: Iterable[Item | tuple[str, Outcome]]) -> list[Result]:

@@ -36,7 +36,7 @@ from grpc_reflection.v1alpha import reflection
 from verifier.auth import TokenSource, server_credentials
 from verifier.call_gate import CallGate, current_call
 from verifier.convert import RETRY_AFTER_KEY, item_from_proto, result_to_proto
-from verifier.items import Outcome, Result, Status, VerifierError
+from verifier.items import Result, Status, VerifierError, unreadable
 from verifier.metrics import ServerMetrics
 from verifier.proto import verifier_pb2 as pb
 from verifier.proto import verifier_pb2_grpc as pb_grpc
@@ -245,8 +245,7 @@ class VerifierServicer(pb_grpc.VerifierServicer):
         try:
             item = item_from_proto(msg)
         except Exception as e:  # noqa: BLE001 - one item never sinks its call
-            item = (msg.id, Outcome(Status.INVALID_INPUT,
-                                    f"the item could not be read: {type(e).__name__}: {e}"[:500]))
+            item = (msg.id, unreadable(e))
         domain = msg.domain
         self.metrics.item_started(domain)
         try:
