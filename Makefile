@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-done
 
-.PHONY: setup test demo demo-verifier bench soak protos images engine-stop clean
+.PHONY: setup test demo demo-entropy demo-verifier bench soak protos images engine-stop clean
 
 setup: $(STAMP)
 
@@ -17,6 +17,10 @@ test: setup
 
 demo: setup
 	$(PY) scripts/demo.py
+
+# The demo's recipe over 3 seeds with and without adaptive entropy control (about 6 demo runs).
+demo-entropy: setup
+	$(PY) scripts/demo_entropy.py --jobs 2
 
 demo-verifier: setup
 	$(PY) scripts/demo_verifier.py

@@ -55,6 +55,15 @@ bash scripts/install_vllm.sh
 # sandbox's interpreter is the system's Python 3.11, the same minor version as .venv's.
 [ -d .sandbox-packages/numpy ] || $PIP install -q --target .sandbox-packages --no-deps \
   --only-binary=:all: "numpy==2.3.5"
+# The real HTTP clients that tests/test_http_gateway.py points at the gateway: verl's SandboxFusion
+# client and three generations of OpenRLHF's remote reward client. Their torch/ray/vllm pins
+# conflict with ours, so each wheel goes alone (--no-deps) into a directory of its own outside
+# the venv's site-packages, never importable by accident; the tests load just the client
+# modules from there (the packages' heavy __init__ files are not run).
+for spec in verl==0.9.1 openrlhf==0.8.2 openrlhf==0.9.0 openrlhf==0.11.2; do
+  dir=".venv/client-packages/${spec/==/-}"
+  [ -d "$dir" ] || $PIP install -q --no-deps --no-compile --target "$dir" "$spec"
+done
 # The Node gRPC client of the tests, pinned by its lock file.
 npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
 .venv/bin/python - <<'PY'

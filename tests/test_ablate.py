@@ -1,75 +1,97 @@
-"""`trainer ablate` (trainer/ablate.py, trainer/ablations.py): the verdict rules on crafted
-numbers, a run's final numbers, every ablation's variants as valid `trainer run` configs, and
-end to end on a tiny budget: report, plots and summary written, the verdict from the stated
-statistic, a failing variant recorded with a non-zero exit, resume, an unknown name."""
+"""`trainer ablate` (trainer/ablate.py, trainer/ablate_report.py, trainer/ablations.py): the
+verdict of an ablation from its checks (the primary decides, secondaries cannot sink it, an
+ablation undecidable on CPU says so), a run's numbers over the windows the claims read, every
+ablation's variants as valid `trainer run` configs with one primary check each, the README table
+from the summaries, and end to end on a tiny budget: report, plots and summary written, the
+verdict from the stated statistic, a failing variant recorded with a non-zero exit, resume, an
+unknown name. The statistic itself: tests/test_ablation_stats.py."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
 from trainer import ablate as ab
-from trainer.ablations import (
-    ABLATIONS,
+from trainer import ablate_report as rep
+from trainer.ablation_stats import (
     INCONCLUSIVE,
     NOT_REPRODUCED,
-    PROFILES,
     REPRODUCED,
     check_verdict,
-    combine,
-    final_numbers,
-    seed_spread,
+    pair_by_seed,
 )
+from trainer.ablations import ABLATIONS, PROFILES, Ablation, Check, Variant, run_numbers
 from trainer.cli import main as cli_main
 from trainer.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# -- the verdict rules -------------------------------------------------------------------------
+# -- an ablation's verdict ---------------------------------------------------------------------
 
-def test_direction_checks_need_a_difference_beyond_the_seeds_spread() -> None:
-    # treatment mean 0.40, baseline 0.60: d = -0.20, spreads 0.04 and 0.02
-    r = check_verdict([0.58, 0.60, 0.62], [0.38, 0.42], "lower")
-    assert r.verdict == REPRODUCED and r.diff == pytest.approx(-0.2) and r.spread == \
-        pytest.approx(0.04) and r.seeds == 2
-    assert check_verdict([0.58, 0.60, 0.62], [0.38, 0.42], "higher").verdict == NOT_REPRODUCED
-    # the same difference inside a wide spread: inconclusive either way
-    wide = check_verdict([0.30, 0.90], [0.38, 0.42], "lower")
-    assert wide.verdict == INCONCLUSIVE and wide.spread == pytest.approx(0.6)
-    assert check_verdict([0.5, 0.5], [0.5, 0.5], "higher").verdict == INCONCLUSIVE  # |d| = 0
-    # exactly at the spread is still inside it
-    assert check_verdict([0.0, 0.5], [0.75, 0.75], "higher").verdict == INCONCLUSIVE
-    assert check_verdict([0.0, 0.5], [0.8, 0.8], "higher").verdict == REPRODUCED
+TOY = Ablation("toy", "claim (Fig. 0)", (Variant("a", {}), Variant("b", {}), Variant("c", {})),
+               (Check("x", "a", "b", "higher", primary=True), Check("y", "a", "b", "lower"),
+                Check("x", "a", "c", "higher")))
 
 
-def test_one_seed_or_no_values_is_inconclusive() -> None:
-    one = check_verdict([0.2], [0.9], "higher")
-    assert one.verdict == INCONCLUSIVE and one.diff == pytest.approx(0.7) and one.seeds == 1
-    assert check_verdict([], [0.9, 0.8], "higher").verdict == INCONCLUSIVE
-    assert check_verdict([0.1, float("nan")], [0.9, 0.8], "higher").seeds == 1
+def numbers(**per_variant: list[tuple[float, float]]) -> dict:
+    """variant -> seed -> {"x": .., "y": ..} from lists of (x, y) per seed."""
+    return {v: {s: {"x": x, "y": y} for s, (x, y) in enumerate(vals)}
+            for v, vals in per_variant.items()}
 
 
-def test_similar_checks_against_a_margin() -> None:
-    assert check_verdict([0.80, 0.82], [0.81, 0.82], "similar", 0.05).verdict == REPRODUCED
-    assert check_verdict([0.80, 0.82], [0.60, 0.62], "similar", 0.05).verdict == NOT_REPRODUCED
-    assert check_verdict([0.80, 0.82], [0.75, 0.78], "similar", 0.05).verdict == INCONCLUSIVE
+def test_the_primary_check_decides_and_secondaries_cannot_sink_it() -> None:
+    a = [(0.50, 0.5), (0.52, 0.6), (0.48, 0.4), (0.51, 0.5)]
+    b = [(0.60, 0.9), (0.63, 0.8), (0.57, 0.9), (0.62, 0.7)]  # x higher (primary), y higher
+    verdict, checks = rep.decide(TOY, numbers(a=a, b=b, c=a))
+    assert verdict == REPRODUCED
+    by = {c["check"]: c for c in checks}
+    assert by["x: b higher than a"]["role"] == "primary"
+    assert by["y: b lower than a"]["verdict"] == NOT_REPRODUCED  # reported, did not sink it
+    assert by["x: c higher than a"]["verdict"] == INCONCLUSIVE  # c == a
+    prim = by["x: b higher than a"]
+    expected = check_verdict(pair_by_seed({s: v[0] for s, v in enumerate(a)},
+                                          {s: v[0] for s, v in enumerate(b)}), "higher")
+    assert (prim["mean_diff"], prim["ci90"], prim["pairs"]) == \
+        (expected.mean, [expected.low, expected.high], 4)
+    assert prim["ci90"][0] > 0
 
 
-def test_a_claim_holds_as_a_whole() -> None:
-    assert combine([REPRODUCED, REPRODUCED]) == REPRODUCED
-    assert combine([REPRODUCED, INCONCLUSIVE]) == INCONCLUSIVE
-    assert combine([REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE]) == NOT_REPRODUCED
-    assert combine([]) == INCONCLUSIVE
-    assert seed_spread([0.3, 0.1, 0.2]) == pytest.approx(0.2) and seed_spread([0.5]) == 0.0
+def test_a_missing_primary_arm_is_inconclusive_and_pairs_drop_with_why() -> None:
+    a = [(0.5, 0.5), (0.52, 0.6), (0.48, 0.4)]
+    verdict, checks = rep.decide(TOY, numbers(a=a, b=[], c=a))
+    assert verdict == INCONCLUSIVE and all(c["role"] == "secondary" for c in checks)
+    one_side = numbers(a=a, b=[(0.6, 0.1), (0.7, 0.1), (0.65, 0.1)], c=a)
+    del one_side["b"][2]  # seed 2 of b failed
+    _, checks = rep.decide(TOY, one_side)
+    prim = next(c for c in checks if c["role"] == "primary")
+    assert prim["pairs"] == 2 and prim["seeds"] == [0, 1]
+    assert "treatment" in prim["dropped"]["2"]
 
 
-def test_final_numbers_from_metrics_rows() -> None:
+def test_an_ablation_undecidable_on_cpu_says_so_whatever_its_checks() -> None:
+    a = [(0.50, 0.5), (0.52, 0.6), (0.48, 0.4)]
+    b = [(0.60, 0.9), (0.63, 0.8), (0.57, 0.9)]
+    marked = replace(TOY, undecidable_on_cpu="no mechanism")
+    verdict, checks = rep.decide(marked, numbers(a=a, b=b, c=a))
+    assert verdict == rep.UNDECIDABLE and checks[0]["verdict"] == REPRODUCED
+
+
+def test_an_ablation_needs_exactly_one_primary_check() -> None:
+    with pytest.raises(ValueError, match="exactly one primary"):
+        Ablation("t", "c", (Variant("a", {}), Variant("b", {})), (Check("x", "a", "b",
+                                                                       "higher"),))
+    with pytest.raises(ValueError, match="unknown variant"):
+        Ablation("t", "c", (Variant("a", {}),), (Check("x", "a", "z", "higher", primary=True),))
+
+
+def test_run_numbers_over_the_claims_windows() -> None:
     rows = [{"step": 0, "stage": 0, "eval/accuracy": 0.4}]
     for s in range(1, 13):
         row = {"step": s, "stage": 0 if s <= 4 else 1, "reward/mean": 0.5,
@@ -78,16 +100,23 @@ def test_final_numbers_from_metrics_rows() -> None:
         if s in (4, 8, 12):
             row["eval/accuracy"] = {4: 0.5, 8: 0.7, 12: 0.6}[s]
         rows.append(row)
-    f = final_numbers(rows, entropy_target=0.5, window=3)
+    f = run_numbers(rows, entropy_target=0.5, window=3)
     assert f["eval/accuracy"] == 0.6 and f["eval/accuracy_best"] == 0.7
+    assert f["eval/accuracy_auc"] == pytest.approx((0.5 + 0.7 + 0.6) / 3)  # step 0 left out
+    assert f["eval/accuracy@stage1"] == 0.5
     assert f["eval/last_stage_gain"] == pytest.approx(0.6 - 0.5)  # the stage began after step 4
     assert f["entropy"] == pytest.approx(1.05)  # steps 10, 11 (12 logged no entropy)
+    assert f["entropy@stage1"] == pytest.approx(0.25)  # steps 1-4
+    assert f["entropy@stage1_end"] == pytest.approx(0.3)  # steps 2-4
+    assert f["entropy@run"] == pytest.approx(0.6)  # steps 1-11
+    assert f["truncated/frac@stage1"] == 0.5 and f["truncated/frac"] == 0.0
     assert f["entropy/gap"] == pytest.approx(0.55)
-    assert f["tokens"] == 12 * 10.0 * 8 and f["steps"] == 12
+    assert f["tokens"] == 12 * 10.0 * 8 and f["tokens@stage1"] == 4 * 10.0 * 8
+    assert f["steps"] == 12
     assert f["reward/non_truncated"] == pytest.approx(0.5)
-    early = final_numbers(rows[:4], window=2)  # steps 2-3: half truncated, reward 0.5
-    assert early["reward/non_truncated"] == pytest.approx(1.0)
-    assert early["eval/last_stage_gain"] is None  # one stage
+    assert f["reward/non_truncated@stage1"] == pytest.approx(1.0)
+    early = run_numbers(rows[:4], window=2)  # one stage
+    assert early["eval/last_stage_gain"] is None and early["eval/accuracy@stage1"] is None
 
 
 def test_run_finished_needs_the_last_step_and_its_evaluation() -> None:
@@ -109,7 +138,8 @@ def test_every_variant_is_a_valid_trainer_run_config(name, profile, tmp_path) ->
     a = ABLATIONS[name]
     driver = ab.Driver(ab.AblateOptions(name=name, profile=profile, out=tmp_path))
     assert driver.variants and len(driver.seeds) == PROFILES[profile].seeds
-    assert a.checks_for([v.name for v in driver.variants]), "quick runs no check"
+    assert a.primary in a.checks_for([v.name for v in driver.variants]), \
+        "the profile does not run the primary check's variants"
     for v in driver.variants:
         cfg = load_config(ab.BASE_CONFIG, driver.run_overrides(v, 1, tmp_path / "model"))
         assert cfg.seed == 1 and cfg.tiny_model is None and cfg.warm_start.steps == 0
@@ -117,7 +147,9 @@ def test_every_variant_is_a_valid_trainer_run_config(name, profile, tmp_path) ->
         for key, value in {**a.setup, **v.overrides}.items():
             section, field = key.split(".")
             got = getattr(getattr(cfg, section), field)
-            if field != "stages":
+            if isinstance(got, bool):
+                assert got == (value == "true"), (key, got, value)
+            elif field != "stages":
                 assert str(got) == value or float(got) == float(value), (key, got, value)
     for c in a.checks:
         assert {c.baseline, c.treatment} <= {v.name for v in a.variants}
@@ -135,7 +167,8 @@ def test_off_policy_quadruples_are_what_the_config_derives() -> None:
             (int(n_sgd), names[dr], names[dt], int(reuse))
     quick = {int(v.quadruple[0]) for v in a.variants_for("quick")}
     assert {1, 4} <= quick  # the issue's floor for the quick profile
-    assert len(a.variants_for("full")) == 5
+    assert [v.name for v in a.variants_for("full")] == ["on-policy", "nsgd4-mb", "nsgd4-reuse"]
+    assert len(a.variants) == 5  # every quadruple of the report's Fig. 16, two optional
 
 
 def test_boolean_looking_values_reach_the_config_as_strings() -> None:
@@ -193,29 +226,34 @@ def test_end_to_end_report_plots_summary_and_a_failing_variant(tiny_ablation) ->
     for name in ("on-policy", "nsgd2-reuse"):
         v = summary["variants"][name]
         assert v["seeds"] == [0] and len(v["run_dirs"]) == 1 and "failed" not in v
-        assert Path(v["run_dirs"][0], "metrics.jsonl").exists()
-        assert v["final"]["steps"] == 2 and v["final"]["tokens"] > 0
-        assert 0.0 <= v["final"]["eval/accuracy"] <= 1.0
+        assert not Path(v["run_dirs"][0]).is_absolute()  # relative to --out: no machine paths
+        assert Path(out, v["run_dirs"][0], "metrics.jsonl").exists()
+        assert v["mean"]["steps"] == 2 and v["mean"]["tokens"] > 0
+        assert 0.0 <= v["mean"]["eval/accuracy"] <= 1.0
         assert v["overrides"]["magic.entropy_mode"] == "off"
     assert summary["variants"]["nsgd2-reuse"]["quadruple"] == [2, 6, 6, 2]  # D = 6 here
     assert summary["variants"]["nsgd2-reuse"]["quadruple_notation"] == ["2", "D", "D", "2"]
     assert summary["variants"]["nsgd2-reuse"]["overrides"]["magic.n_reuse"] == "2"
     # the failing variant: recorded with why, the others went on
     bad = summary["variants"]["nsgd4-mb"]
-    assert bad["seeds"] == [] and bad["final"] == {}
+    assert bad["seeds"] == [] and bad["mean"] == {}
     assert "must divide prompts_per_step" in bad["failed"][0]["error"]
     assert "FAILED: nsgd4-mb seed 0" in r.stderr and "must divide" in r.stderr
-    # the verdict rests on the stated statistic over the per-seed numbers
+    # the verdict rests on the stated statistic over the per-seed numbers: the primary check
+    # (nsgd4-mb's) has a failed arm, so it is not among the checks and the verdict is
+    # inconclusive; a secondary check with one seed a side has no interval
     checks = {c["check"]: c for c in summary["checks"]}
+    assert all(c["role"] == "secondary" for c in checks.values())
     acc = checks["eval/accuracy: nsgd2-reuse lower than on-policy"]
-    expected = check_verdict(
-        [f["eval/accuracy"] for f in summary["variants"]["on-policy"]["per_seed"]],
-        [f["eval/accuracy"] for f in summary["variants"]["nsgd2-reuse"]["per_seed"]], "lower")
-    assert (acc["verdict"], acc["diff"], acc["seeds"]) == \
-        (expected.verdict, expected.diff, expected.seeds)
-    assert acc["verdict"] == INCONCLUSIVE and acc["reason"].startswith("one seed")
-    assert checks["eval/accuracy: nsgd4-mb lower than on-policy"]["reason"].startswith("no val")
-    assert summary["verdict"] == combine([c["verdict"] for c in summary["checks"]])
+    per = summary["variants"]
+    expected = check_verdict(pair_by_seed(
+        {int(k): n["eval/accuracy"] for k, n in per["on-policy"]["per_seed"].items()},
+        {int(k): n["eval/accuracy"] for k, n in per["nsgd2-reuse"]["per_seed"].items()}),
+        "lower")
+    assert (acc["verdict"], acc["mean_diff"], acc["pairs"]) == \
+        (expected.verdict, expected.mean, expected.pairs)
+    assert acc["verdict"] == INCONCLUSIVE and acc["reason"].startswith("1 paired seed")
+    assert summary["verdict"] == INCONCLUSIVE
     report = (root / "report.md").read_text()
     assert "**Claim.**" in report and f"**Verdict: {summary['verdict']}.**" in report
     assert "| on-policy | (1, D, D, 1) = (1, 6, 6, 1)" in report and "FAILED" in report
@@ -242,7 +280,7 @@ def test_a_rerun_resumes_without_redoing_finished_runs(tiny_ablation) -> None:
     assert "warm start" not in r.stderr  # the shared warm-started policy was kept too
     summary = json.loads((out / "off-policy" / "summary.json").read_text())
     assert summary["variants"]["on-policy"]["seeds"] == [0]
-    assert summary["variants"]["nsgd2-reuse"]["final"]["steps"] == 2
+    assert summary["variants"]["nsgd2-reuse"]["mean"]["steps"] == 2
 
 
 @pytest.mark.slow
@@ -287,18 +325,18 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_resumes_the_interrupted_run(tiny_ablat
     log = (out / "temperature" / "logs" / "t1.0-s0.log").read_text()
     assert f"--resume {run}" in log
     summary = json.loads((out / "temperature" / "summary.json").read_text())
-    assert summary["variants"]["t1.0"]["final"]["steps"] == 12
+    assert summary["variants"]["t1.0"]["mean"]["steps"] == 12
 
 
 @pytest.mark.slow
 def test_a_variant_equal_to_another_ablations_finished_run_reuses_it(tiny_ablation) -> None:
-    """kl's beta0 with the entropy bonus off is off-policy's on-policy run (kl_coef=0 is the
-    base's own): the driver links it instead of training it again, and says so; a variant
-    that differs (beta0.01) runs. A re-run keeps the link."""
+    """adv-mask's none with the entropy bonus off is off-policy's on-policy run (mask_mode
+    none is the base's own): the driver links it instead of training it again, and says so;
+    a variant that differs (before) runs. A re-run keeps the link."""
     out, first = tiny_ablation
     assert "on-policy seed 0: finished in" in first.stdout  # the twin is a finished run
-    cmd = [sys.executable, "-m", "trainer.cli", "ablate", "kl", "--seeds", "1",
-           "--variants", "beta0,beta0.01", "--out", str(out)]
+    cmd = [sys.executable, "-m", "trainer.cli", "ablate", "adv-mask", "--seeds", "1",
+           "--variants", "none,before", "--out", str(out)]
     for x in [*TINY, "magic.entropy_mode=off"]:
         cmd += ["--set", x]
     twin = out / "off-policy" / "runs" / "on-policy-s0"
@@ -306,21 +344,75 @@ def test_a_variant_equal_to_another_ablations_finished_run_reuses_it(tiny_ablati
         r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
                            check=False)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-        assert f"beta0 seed 0: reused {twin} (the same resolved config)" in r.stdout
-        link = out / "kl" / "runs" / "beta0-s0"
+        assert f"none seed 0: reused {twin} (the same resolved config)" in r.stdout
+        link = out / "adv-mask" / "runs" / "none-s0"
         assert link.is_symlink() and link.resolve() == twin.resolve()
-        assert "$ " not in (out / "kl" / "logs" / "beta0-s0.log").read_text()  # no child ran
-        assert not (out / "kl" / "runs" / "beta0.01-s0").is_symlink()
-    assert "beta0.01 seed 0: already finished, not run again" in r.stdout  # the second pass
-    summary = json.loads((out / "kl" / "summary.json").read_text())
-    beta0 = summary["variants"]["beta0"]
-    assert beta0["reused_from"] == {"0": str(twin)}
+        assert "$ " not in (out / "adv-mask" / "logs" / "none-s0.log").read_text()  # no child
+        assert not (out / "adv-mask" / "runs" / "before-s0").is_symlink()
+    assert "before seed 0: already finished, not run again" in r.stdout  # the second pass
+    summary = json.loads((out / "adv-mask" / "summary.json").read_text())
+    none = summary["variants"]["none"]
+    assert none["reused_from"] == {"0": "off-policy/runs/on-policy-s0"}
     target = ab._config(twin)["magic"]["entropy_target"]
-    assert beta0["final"] == final_numbers(ab._rows(twin), target)  # the twin's own numbers
-    assert "$ " in (out / "kl" / "logs" / "beta0.01-s0.log").read_text()  # it was trained
-    assert "reused_from" not in summary["variants"]["beta0.01"]
+    assert none["per_seed"]["0"] == run_numbers(ab._rows(twin), target)  # the twin's numbers
+    assert "$ " in (out / "adv-mask" / "logs" / "before-s0.log").read_text()  # it was trained
+    assert "reused_from" not in summary["variants"]["before"]
     assert "ok (reused: seed 0: off-policy/runs/on-policy-s0)" in \
-        (out / "kl" / "report.md").read_text()
+        (out / "adv-mask" / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_the_kl_ablation_logs_the_kl_at_beta_0(tiny_ablation) -> None:
+    """beta0 keeps the reference only to log losses/kl (a key on every step); the ablation is marked undecidable on CPU, and the report and summary say why."""
+    out, _ = tiny_ablation
+    cmd = [sys.executable, "-m", "trainer.cli", "ablate", "kl", "--seeds", "1",
+           "--variants", "beta0", "--out", str(out)]
+    for x in TINY:
+        cmd += ["--set", x]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = [row for row in ab._rows(out / "kl" / "runs" / "beta0-s0") if "reward/mean" in row]
+    assert len(rows) == 2 and all("losses/kl" in row for row in rows)  # values: test_trainer
+    summary = json.loads((out / "kl" / "summary.json").read_text())
+    assert summary["verdict"] == rep.UNDECIDABLE and "late-training" in \
+        summary["undecidable_on_cpu"]
+    assert "The mechanism is absent here" in (out / "kl" / "report.md").read_text()
+    assert f"verdict: {rep.UNDECIDABLE}" in r.stdout
+
+
+def test_the_readme_table_is_made_from_the_summaries(tmp_path) -> None:
+    """`python -m trainer.ablate_report DIR`: the table between the README's markers, one row
+    per summary.json, with the primary check's interval and the wall time; unknown
+    ablations and a README without markers are errors."""
+    entry = {"check": "x: b higher than a", "role": "primary", "mean_diff": 0.05,
+             "ci90": [0.01, 0.09], "pairs": 6, "verdict": REPRODUCED}
+    for name, verdict in (("temperature", REPRODUCED), ("kl", rep.UNDECIDABLE)):
+        d = tmp_path / "abl" / name
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps({
+            "ablation": name, "verdict": verdict, "seconds": 3000.0,
+            "undecidable_on_cpu": "why not" if name == "kl" else None,
+            "checks": [entry, {**entry, "role": "secondary", "check": "y",
+                               "verdict": INCONCLUSIVE}]}))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"before\n{rep.BEGIN}\nstale\n{rep.END}\nafter\n")
+    assert rep.main([str(tmp_path / "abl"), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert "stale" not in text and text.startswith("before\n") and text.endswith("after\n")
+    lines = text.splitlines()
+    assert lines.index(next(x for x in lines if "`temperature`" in x)) < \
+        lines.index(next(x for x in lines if "`kl`" in x))  # trainer/ablations.py's order
+    assert "| `temperature` | **reproduced** | x: b higher than a: 0.05 [0.01, 0.09], 6 pairs" \
+        in text and "y: inconclusive" in text and "50 min" in text
+    assert "**undecidable on CPU** (why not)" in text
+    assert "[report](abl/kl/report.md)" in text
+    assert "| `off-policy` | not yet run with this statistic |" in text  # no summary
+    (tmp_path / "abl" / "nope").mkdir()
+    (tmp_path / "abl" / "nope" / "summary.json").write_text("{}")
+    assert rep.main([str(tmp_path / "abl"), "--readme", str(readme)]) == 2
+    (tmp_path / "abl" / "nope" / "summary.json").unlink()
+    readme.write_text("no markers")
+    assert rep.main([str(tmp_path / "abl"), "--readme", str(readme)]) == 2
 
 
 def test_run_identity_ignores_the_place_and_nothing_else(tmp_path) -> None:

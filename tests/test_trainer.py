@@ -390,16 +390,19 @@ def test_plot_means_stay_within_a_stage() -> None:
 
 # -- the KL reference policy ---------------------------------------------------------------
 
-@pytest.mark.parametrize("backend", ["torch", "deepspeed"])
-def test_kl_loss_trains_with_a_reference_policy(data, policy, tmp_path, backend) -> None:
-    """magic.kl_coef > 0 on both backends (DeepSpeed: ZeRO-3, a world of one): the backend keeps
-    the initial policy, losses/kl is logged every step, exactly 0 on the first update (the
-    policy is still the reference) and positive on every later one."""
+@pytest.mark.parametrize("backend,kl", [("torch", {"magic__kl_coef": 0.05}),
+                                        ("deepspeed", {"magic__kl_coef": 0.05}),
+                                        ("torch", {"magic__log_kl": True})])
+def test_kl_loss_trains_with_a_reference_policy(data, policy, tmp_path, backend, kl) -> None:
+    """magic.kl_coef > 0 on both backends (DeepSpeed: ZeRO-3, a world of one), or
+    magic.log_kl at kl_coef 0: the backend keeps the initial policy, losses/kl is logged every
+    step, exactly 0 on the first update (the policy is still the reference) and positive on
+    every later one."""
     extra = ({"backend__kind": "deepspeed", "backend__zero_stage": 3}
              if backend == "deepspeed" else {})
     r = run_cli(["--config", "trainer/configs/demo.yaml",
                  *overrides(data, tmp_path, policy, total_steps=5, eval__every_steps=0,
-                            checkpoint_every=0, magic__kl_coef=0.05, **extra)],
+                            checkpoint_every=0, **kl, **extra)],
                 env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]

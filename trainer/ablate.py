@@ -34,24 +34,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from statistics import mean
 from typing import Any
 
 import yaml
 
-from trainer.ablations import (
-    ABLATIONS,
-    PROFILES,
-    Ablation,
-    CheckResult,
-    Variant,
-    check_verdict,
-    combine,
-    final_numbers,
-    seed_spread,
-)
+from trainer.ablate_report import DONE, build_summary, fmt, report_markdown, write_plots
+from trainer.ablations import ABLATIONS, PROFILES, Ablation, Variant
 from trainer.config import RunConfig, load_config
-from trainer.plot import plt, read_metrics, series, trailing_mean  # pyplot, headless (Agg)
+from trainer.plot import read_metrics
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +49,6 @@ ROOT = Path(__file__).resolve().parents[1]
 BASE_CONFIG = ROOT / "trainer" / "configs" / "demo.yaml"
 MARKER = "ablate.json"  # in each run directory: the overrides it was made with
 PLACE = ("name", "output_dir")  # where a run lives, not what it is
-DONE = ("finished", "skipped", "reused")  # outcome statuses of a run that reached its end
 
 
 class UnknownAblation(ValueError):
@@ -98,8 +87,18 @@ def get_ablation(name: str) -> Ablation:
 
 
 def list_text() -> str:
-    width = max(len(n) for n in ABLATIONS)
-    return "\n".join(f"{n:<{width}}  {a.claim}" for n, a in ABLATIONS.items())
+    """Each ablation: its claim, its primary check, and whether the CPU toy world can decide it
+    (the mechanism that is absent, when not)."""
+    out = []
+    for n, a in ABLATIONS.items():
+        out.append(f"{n}: {a.claim}")
+        out.append(f"    primary check: {a.primary.describe()}")
+        if a.undecidable_on_cpu:
+            out.append(f"    UNDECIDABLE ON CPU: {a.undecidable_on_cpu}")
+        optional = [v.name for v in a.variants if v.optional]
+        if optional:
+            out.append(f"    optional variants (--variants): {', '.join(optional)}")
+    return "\n".join(out)
 
 
 def run_finished(rows: Sequence[dict], total_steps: int, with_eval: bool) -> bool:
@@ -307,7 +306,8 @@ class Driver:
                 print(f"[{self.ablation.name}] {variant.name} seed {seed}: {how}", flush=True)
                 if o.status == "interrupted":
                     raise KeyboardInterrupt
-        summary = build_summary(self.ablation, self.variants, outcomes, self.quadruples())
+        summary = build_summary(self.ablation, self.variants, outcomes, self.quadruples(),
+                                base=self.out)
         summary["profile"] = self.profile.name
         write_outputs(self, summary, outcomes)
         return summary, outcomes
@@ -376,194 +376,7 @@ def error_tail(log_file: Path, lines: int = 3) -> str:
     return " ".join(text[-lines:]) or "no output"
 
 
-# -- summary -----------------------------------------------------------------------------------
-
-def build_summary(ablation: Ablation, variants: Sequence[Variant],
-                  outcomes: Sequence[RunOutcome],
-                  quadruples: dict[str, list[int]] | None = None) -> dict[str, Any]:
-    """summary.json's content from the runs' outcomes (and each run's config.yaml, for the
-    entropy target). ``quadruple``: the numbers of ``quadruples`` where given, else the
-    report's notation (D = D_R)."""
-    out_variants: dict[str, Any] = {}
-    per_seed: dict[str, list[dict]] = {}
-    for v in variants:
-        mine = [o for o in outcomes if o.variant == v.name]
-        ok = [o for o in mine if o.status in DONE]
-        target = None
-        if ok:
-            target = ((_config(ok[0].run_dir).get("magic") or {}).get("entropy_target"))
-        finals = [final_numbers(o.rows, target) for o in ok]
-        per_seed[v.name] = finals
-        entry: dict[str, Any] = {
-            "overrides": {**ablation.setup, **v.overrides},
-            "seeds": [o.seed for o in ok],
-            "run_dirs": [str(o.run_dir) for o in ok],
-            "final": _mean_finals(finals),
-            "spread": {k: seed_spread([f[k] for f in finals if f.get(k) is not None])
-                       for k in (finals[0] if finals else {})},
-            "per_seed": finals,
-            "seconds": sum(o.seconds for o in mine),
-        }
-        reused = {o.seed: str(o.reused_from) for o in ok if o.reused_from is not None}
-        if reused:  # seed -> the other ablation's run this variant links to
-            entry["reused_from"] = reused
-        if v.quadruple is not None:
-            entry["quadruple"] = (quadruples or {}).get(v.name, list(v.quadruple))
-            entry["quadruple_notation"] = list(v.quadruple)
-        failed = [o for o in mine if o.status == "failed"]
-        if failed:
-            entry["failed"] = [{"seed": o.seed, "run_dir": str(o.run_dir), "error": o.error}
-                               for o in failed]
-        out_variants[v.name] = entry
-    checks = []
-    for c in ablation.checks_for([v.name for v in variants]):
-        res: CheckResult = check_verdict(
-            [f[c.metric] for f in per_seed[c.baseline] if f.get(c.metric) is not None],
-            [f[c.metric] for f in per_seed[c.treatment] if f.get(c.metric) is not None],
-            c.expect, c.margin)
-        checks.append({"check": c.describe(), "metric": c.metric, "baseline": c.baseline,
-                       "treatment": c.treatment, "expect": c.expect, "margin": c.margin,
-                       "verdict": res.verdict, "diff": res.diff, "spread": res.spread,
-                       "seeds": res.seeds, "reason": res.reason})
-    return {"ablation": ablation.name, "claim": ablation.claim,
-            "verdict": combine([c["verdict"] for c in checks]),
-            "variants": out_variants, "checks": checks,
-            "failed": [f"{o.variant} seed {o.seed}: {o.error}" for o in outcomes
-                       if o.status == "failed"]}
-
-
-def _mean_finals(finals: Sequence[dict]) -> dict[str, float | None]:
-    if not finals:
-        return {}
-    out: dict[str, float | None] = {}
-    for k in finals[0]:
-        vals = [f[k] for f in finals if f.get(k) is not None]
-        out[k] = mean(vals) if vals else None
-    return out
-
-
-# -- report and plots --------------------------------------------------------------------------
-
-def _fmt(v: Any, pct: bool = False) -> str:
-    if v is None:
-        return "-"
-    if pct:
-        return f"{100 * v:.1f}%"
-    if isinstance(v, float) and abs(v) >= 1000:
-        return f"{v:,.0f}"
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
-
-
-def report_markdown(summary: dict[str, Any], ablation: Ablation, setup: dict[str, Any],
-                    plots: Sequence[str]) -> str:
-    """report.md: claim, setup, the variants' table, the checks and the verdict, failures."""
-    lines = [f"# Ablation `{ablation.name}`", "", f"**Claim.** {ablation.claim}", "",
-             (f"**Verdict: {summary['verdict']}.** Each check compares the mean over seeds of one "
-             "number, treatment minus baseline (d), with the seeds' spread (the larger of the two "
-             "variants' max - min over seeds): |d| <= spread, or a single seed, is inconclusive; "
-             "otherwise the sign of d decides. 'Similar' checks need |d| + spread <= margin. A "
-             "claim is reproduced when every check is, not reproduced when any check is not "
-             "(trainer/ablations.py: check_verdict, combine)."), "", "## Setup", ""]
-    for k, v in setup.items():
-        lines.append(f"- {k}: {v}")
-    if ablation.notes:
-        lines.append(f"- notes: {ablation.notes}")
-    lines += ["", "## Variants", "",
-              ("Means over seeds (± half the seeds' range). Final entropy, length and truncation: "
-              "mean of the last 10 steps; tokens: response tokens generated for training."), "",
-              ("| variant | overrides | seeds | final held-out acc | best held-out acc | "
-              "final entropy | mean length | truncated | tokens | status |"),
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    for name, v in summary["variants"].items():
-        f, s = v["final"], v.get("spread", {})
-        ov = ", ".join(f"`{k}={val}`" for k, val in v["overrides"].items()) or "(base)"
-        if "quadruple" in v:
-            ov = f"({', '.join(v['quadruple_notation'])}) = {tuple(v['quadruple'])} " + ov
-
-        def pm(key: str, pct: bool = False, f: dict = f, s: dict = s) -> str:
-            if f.get(key) is None:
-                return "-"
-            half = s.get(key, 0.0) / 2
-            if pct:
-                return f"{100 * f[key]:.1f}% ± {100 * half:.1f}"
-            return f"{f[key]:.4g} ± {half:.2g}"
-
-        status = "ok" if v["seeds"] else "not run"
-        if v.get("reused_from"):
-            status += " (reused: " + ", ".join(
-                f"seed {k}: {'/'.join(Path(p).parts[-3:])}" for k, p in v["reused_from"].items()
-            ) + ")"
-        if "failed" in v:
-            status = "FAILED: " + "; ".join(f"seed {x['seed']}: {x['error']}"
-                                            for x in v["failed"])
-        lines.append(f"| {name} | {ov} | {len(v['seeds'])} | {pm('eval/accuracy', True)} | "
-                     f"{pm('eval/accuracy_best', True)} | {pm('entropy')} | "
-                     f"{_fmt(f.get('response_length/mean'))} | {pm('truncated/frac', True)} | "
-                     f"{_fmt(f.get('tokens'))} | {status} |")
-    lines += ["", "## Checks", "", ("| check | d (treatment - baseline) | seeds' spread | seeds | "
-              "verdict | why |"), "|---|---|---|---|---|---|"]
-    for c in summary["checks"]:
-        lines.append(f"| {c['check']} | {_fmt(c['diff'])} | {_fmt(c['spread'])} | {c['seeds']} "
-                     f"| **{c['verdict']}** | {c['reason']} |")
-    if not summary["checks"]:
-        lines.append("| (no check: its variants were not run) | | | | inconclusive | |")
-    if summary["failed"]:
-        lines += ["", "## Failed runs", ""] + [f"- {x}" for x in summary["failed"]]
-    lines += ["", "## Plots", "", ("Each variant's mean over seeds; the band spans the seeds "
-              "(min to max)."), ""] + [f"![{p}]({p})" for p in plots]
-    return "\n".join(lines) + "\n"
-
-
-PLOTS = (("entropy", "entropy (nats per token, 10-step mean)", "entropy.png", True),
-         ("eval/accuracy", "held-out accuracy", "accuracy.png", False),
-         ("response_length/mean", "response length (tokens, 10-step mean)", "length.png", True),
-         ("truncated/frac", "truncated fraction (10-step mean)", "truncated.png", True))
-
-
-def band(per_seed: Sequence[tuple[list[int], list[float]]]) -> tuple[list[int], list[float],
-                                                                       list[float], list[float]]:
-    """(steps, mean, min, max) over the seeds at the steps every seed logged."""
-    common = sorted(set.intersection(*(set(xs) for xs, _ in per_seed))) if per_seed else []
-    maps = [dict(zip(xs, ys)) for xs, ys in per_seed]
-    mid = [mean(m[x] for m in maps) for x in common]
-    lo = [min(m[x] for m in maps) for x in common]
-    hi = [max(m[x] for m in maps) for x in common]
-    return common, mid, lo, hi
-
-
-def write_plots(root: Path, summary: dict[str, Any], outcomes: Sequence[RunOutcome]) -> list[str]:
-    written = []
-    for key, title, name, smooth in PLOTS:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        drawn = False
-        for i, variant in enumerate(summary["variants"]):
-            runs = [o for o in outcomes if o.variant == variant and o.status in DONE and o.rows]
-            per_seed = []
-            for o in runs:
-                xs, ys = series(o.rows, key)
-                if smooth:
-                    ys = trailing_mean(ys)
-                if xs:
-                    per_seed.append((xs, ys))
-            if not per_seed:
-                continue
-            xs, mid, lo, hi = band(per_seed)
-            color = f"C{i}"
-            ax.plot(xs, mid, "o-" if not smooth else "-", markersize=3, color=color,
-                    label=f"{variant} ({len(per_seed)} seed{'s' if len(per_seed) > 1 else ''})")
-            if len(per_seed) > 1:
-                ax.fill_between(xs, lo, hi, color=color, alpha=0.2)
-            drawn = True
-        ax.set_title(f"{summary['ablation']}: {title}")
-        ax.set_xlabel("step")
-        if drawn:
-            ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(root / name, dpi=80)
-        plt.close(fig)
-        written.append(name)
-    return written
-
+# -- outputs ---------------------------------------------------------------------------------
 
 def write_outputs(driver: Driver, summary: dict[str, Any], outcomes: Sequence[RunOutcome]) -> None:
     root = driver.root
@@ -576,7 +389,7 @@ def write_outputs(driver: Driver, summary: dict[str, Any], outcomes: Sequence[Ru
         "profile": f"{driver.profile.name}: {driver.profile.about}",
         "base": "trainer/configs/demo.yaml (the toy world, a tiny Qwen2 model warm-started "
                 "once, 16 prompts x 8 samples, clip-higher 0.28, adaptive entropy target "
-                "0.06, no KL), through `trainer run`",
+                "0.08 with step 0.005 and cap 0.5, no KL), through `trainer run`",
         "profile overrides": ", ".join(f"`{x}`" for x in driver.common()) or "none",
         "ablation overrides (every variant)":
             ", ".join(f"`{x}`" for x in _overrides_text(driver.ablation.setup)) or "none",
@@ -606,10 +419,13 @@ def ablate(opts: AblateOptions) -> int:
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
-    print(f"verdict: {summary['verdict']}")
+    print(f"verdict: {summary['verdict']}" + (f" ({summary['undecidable_on_cpu']})"
+                                              if summary["undecidable_on_cpu"] else ""))
     for c in summary["checks"]:
-        print(f"  {c['check']}: d={_fmt(c['diff'])}, spread={_fmt(c['spread'])} -> "
-              f"{c['verdict']}")
+        low, high = c["ci90"]
+        ci = f"[{fmt(low)}, {fmt(high)}]" if low is not None else "no interval"
+        print(f"  {c['role']}: {c['check']}: mean difference {fmt(c['mean_diff'])}, 90% {ci}, "
+              f"{c['pairs']} pairs -> {c['verdict']}")
     print(f"report:  {driver.root / 'report.md'}\nsummary: {driver.root / 'summary.json'}")
     failed = [o for o in outcomes if o.status == "failed"]
     for o in failed:

@@ -102,7 +102,7 @@ class Trainer:
         self.layout = dist.Layout(self.rank, self.world, cfg.engine.tensor_parallel_size
                                   if self.world > 1 else 1)
         model_path = self._initial_model_path()
-        if cfg.magic.kl_coef > 0:  # the reference copy must fit: refused before anything loads
+        if cfg.magic.keeps_reference:  # the reference copy must fit: refused before anything loads
             check_reference_memory(model_path, self._backend_config(), self.world)
         self.tokenizer = load_tokenizer(cfg.tokenizer_path or model_path)
         self.train, skipped = load_problems(cfg.data.train_files,
@@ -177,11 +177,11 @@ class Trainer:
 
     def _backend_config(self) -> Any:
         """The backend config with the MAGIC optimizer settings, and a KL reference policy
-        when ``magic.kl_coef > 0``."""
+        when ``magic.kl_coef > 0`` or ``magic.log_kl``."""
         m = self.cfg.magic
         return dataclasses.replace(self.cfg.backend, lr=m.lr, betas=tuple(m.betas),
                                    weight_decay=m.weight_decay, grad_clip=m.grad_clip,
-                                   seed=self.cfg.seed, keep_reference=m.kl_coef > 0)
+                                   seed=self.cfg.seed, keep_reference=m.keeps_reference)
 
     def _load_models(self, model_path: Path, reference_path: Path) -> None:
         self.backend = create_backend(self._backend_config(), model_path,
@@ -337,9 +337,10 @@ class Trainer:
             # keys stay (stable schema): no loss was applied, and entropy was not measured, so
             # the controller is not moved.
             metrics: dict[str, Any] = {"losses/policy": 0.0, "losses/clipfrac": 0.0,
-                                       "entropy": None, "entropy/coef": coef,
+                                       "entropy": None, "entropy/rollout": None,
+                                       "entropy/coef": coef,
                                        "entropy/next_coef": coef}
-            if m.kl_coef > 0:
+            if m.keeps_reference:
                 metrics["losses/kl"] = None  # not measured on this step
             return metrics
         rows = response_indices(kept_prompts, G)  # [P' * G]

@@ -364,7 +364,8 @@ def policy_loss(
         ``losses/clipfrac_low`` (A < 0 and ratio < 1 - clip_low: the lower clip is active),
         ``losses/clipfrac_high`` (A > 0 and ratio > 1 + clip_high), ``losses/approx_kl``
         (k3 estimate of KL(old || new): mean of ``ratio - 1 - log ratio``, >= 0),
-        ``losses/ratio_mean``, ``losses/num_tokens``.
+        ``losses/ratio_mean``, ``entropy/rollout`` (``-mean(old_logprobs)``: the sampling
+        policy's entropy, estimated from its sampled tokens), ``losses/num_tokens``.
     """
     if not 0 <= clip_low < 1 or not clip_high >= 0:
         raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, "
@@ -399,6 +400,11 @@ def policy_loss(
             "losses/clipfrac_high": mean(high),
             "losses/approx_kl": mean(ratio - 1.0 - log_ratio),
             "losses/ratio_mean": mean(ratio),
+            # The rollout policy's entropy at sampling time, estimated from its own sampled
+            # tokens (-mean log pi_old, pi_old being the policy that sampled them), beside the
+            # update's full-distribution entropy, which off-policy is measured on a policy
+            # that has already moved within the step.
+            "entropy/rollout": mean(-old_logprobs),
             "losses/num_tokens": float(n),
         }
     return loss, metrics

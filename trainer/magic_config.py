@@ -113,6 +113,11 @@ class MagicConfig:
     kl_estimator: KLEstimator = "k3"
     """KL estimator when kl_coef > 0: 'k1' = log(pi/pi_ref) or 'k3' = r - 1 - log r with r =
     pi_ref/pi (non-negative, low variance; GRPO's choice). Default 'k3'."""
+    log_kl: bool = False
+    """Keep the reference policy and log losses/kl (the estimator above, pi against the initial
+    policy) even at kl_coef 0, where it is not in the loss. Default False: MAGIC keeps no
+    reference. For ablations: it shows how far the policy moves when no KL binds it, at the
+    reference's memory cost (as kl_coef > 0)."""
     # --- off-policy quadruple -------------------------------------------------------------
     mini_batch_size: int | None = None
     """D_T, prompts per optimizer step (a mini-batch holds whole groups); must divide
@@ -189,6 +194,11 @@ class MagicConfig:
         validate_stages(self.stages)
 
     # -- derived objects --
+    @property
+    def keeps_reference(self) -> bool:
+        """Whether a run keeps the frozen reference policy: for the KL loss, or to log it."""
+        return self.kl_coef > 0 or self.log_kl
+
     def off_policy(self) -> OffPolicyConfig:
         """The quadruple with D_R = prompts_per_step (prompts), D_T defaulting to D_R."""
         d_r = self.prompts_per_step

@@ -11,7 +11,9 @@ Access control (verifier/auth.py): TLS or mutual TLS, and/or a bearer token chec
 gate (verifier/call_gate.py) when a call's headers arrive, before its body is read; health
 checks need no token (probes). The gate also admits calls (scoring and health have separate
 slots) and cancels callers that stall. Metrics (verifier/metrics.py): a Prometheus endpoint on
-its own port when ``metrics_port`` is set.
+its own port when ``metrics_port`` is set. HTTP (verifier/http_gateway.py): SandboxFusion's and
+OpenRLHF's APIs on their own port when ``http_port`` is set, served by the same Scorer, token,
+TLS and metrics, and drained with the gRPC port.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from grpc_reflection.v1alpha import reflection
 from verifier.auth import TokenSource, server_credentials
 from verifier.call_gate import CallGate, current_call
 from verifier.convert import RETRY_AFTER_KEY, item_from_proto, result_to_proto
+from verifier.http_gateway import HttpGateway
 from verifier.items import Result, Status, VerifierError, unreadable
 from verifier.metrics import ServerMetrics
 from verifier.proto import verifier_pb2 as pb
@@ -128,6 +131,17 @@ class ServeConfig:
     Default: off; 0 picks a free port (logged)."""
     metrics_host: str | None = None
     """Address the metrics endpoint binds; default: --host."""
+    http_port: int | None = None
+    """Port of the HTTP gateway on --host (verifier/http_gateway.py): SandboxFusion's POST
+    /run_code, OpenRLHF's POST /get_reward and POST /score (JSON items), with this server's
+    scorer, sandbox, limits, TLS, token, metrics and drain. Default: off; 0 picks a free port
+    (logged)."""
+    http_max_body_mb: int = 100
+    """Largest HTTP request body, MiB; a bigger one is refused (413) on its Content-Length or
+    as soon as it passes the limit. A body must arrive within --request-timeout-s (else 408)."""
+    http_max_requests: int = 1024
+    """HTTP scoring requests served at once (each /run_code is one run; newer OpenRLHF sends
+    one query per request); more get 429 at once. Health checks are not counted."""
 
     def __post_init__(self) -> None:
         if self.unsafe_no_sandbox:
@@ -150,7 +164,10 @@ class ServeConfig:
             )
         if self.max_message_mb < 1:
             raise ValueError("max_message_mb must be >= 1")
-        for name in ("max_concurrent_rpcs", "max_probe_calls"):
+        if self.http_port is not None and not 0 <= self.http_port <= 65535:
+            raise ValueError(f"--http-port must be 0-65535, got {self.http_port}")
+        for name in ("max_concurrent_rpcs", "max_probe_calls", "http_max_body_mb",
+                     "http_max_requests"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
         for name in ("request_timeout_s", "idle_timeout_s"):
@@ -430,12 +447,14 @@ class VerifierServicer(pb_grpc.VerifierServicer):
 
 class VerifierServer:
     """A running verification service: the gRPC server, its health service, its Scorer, and
-    (when configured) the health-only probe server and the metrics endpoint."""
+    (when configured) the health-only probe server, the metrics endpoint and the HTTP gateway."""
 
     def __init__(self, grpc_server: grpc.Server, scorer: Scorer,
                  health_servicer: health.HealthServicer, metrics: ServerMetrics | None = None,
-                 extra_servers: tuple[grpc.Server, ...] = (), gate: CallGate | None = None):
+                 extra_servers: tuple[grpc.Server, ...] = (), gate: CallGate | None = None,
+                 http_gateway: HttpGateway | None = None):
         self.grpc_server = grpc_server
+        self.http_gateway = http_gateway
         self.gate = gate
         self.scorer = scorer
         self.health = health_servicer
@@ -443,6 +462,7 @@ class VerifierServer:
         self.extra_servers = extra_servers
         self.health_port: int | None = None
         self.metrics_port: int | None = None
+        self.http_port: int | None = None
         self._stopped = threading.Event()
 
     def start(self) -> None:
@@ -458,7 +478,12 @@ class VerifierServer:
         if self._stopped.is_set():
             return
         self.health.enter_graceful_shutdown()
+        deadline = time.monotonic() + (grace_s or 0.0)
+        if self.http_gateway is not None:
+            self.http_gateway.begin_drain()  # both ports drain at once, in one grace
         self.grpc_server.stop(grace_s).wait()
+        if self.http_gateway is not None:
+            self.http_gateway.stop(max(0.0, deadline - time.monotonic()))
         for extra in self.extra_servers:
             extra.stop(0).wait()
         if self.gate is not None:
@@ -534,6 +559,7 @@ def create_server(
     )
     extra: list[grpc.Server] = []
     health_port = None
+    gateway: HttpGateway | None = None
     try:
         port = _bind(grpc_server, address, config)
         if port == 0:
@@ -552,14 +578,25 @@ def create_server(
         if config.metrics_port is not None:
             mhost = config.metrics_host or host.strip("[]")
             metrics_port = metrics.serve_http(mhost, config.metrics_port)
+        if config.http_port is not None:
+            gateway = HttpGateway(
+                scorer, metrics, tokens, max_body_mb=config.http_max_body_mb,
+                max_requests=config.http_max_requests, body_timeout_s=config.request_timeout_s,
+                tls_cert=config.tls_cert, tls_key=config.tls_key,
+                tls_client_ca=config.tls_client_ca)
+            gateway.start(host, config.http_port)
     except BaseException:
+        if gateway is not None:
+            gateway.stop(0)
         gate.close()
         scorer.close()
         metrics.close()
         raise
-    server = VerifierServer(grpc_server, scorer, health_servicer, metrics, tuple(extra), gate)
+    server = VerifierServer(grpc_server, scorer, health_servicer, metrics, tuple(extra), gate,
+                            gateway)
     server.health_port = health_port
     server.metrics_port = metrics_port
+    server.http_port = gateway.port if gateway is not None else None
     server.start()
     return server, port
 
@@ -584,6 +621,7 @@ def serve(config: ServeConfig) -> None:
         "tls": config.tls, "mutual_tls": config.tls_client_ca is not None,
         "token": config.token_file is not None or config.token_env is not None,
         "health_port": server.health_port, "metrics_port": server.metrics_port,
+        "http_port": server.http_port,
     })
     stop = threading.Event()
     received: list[int] = []

@@ -40,7 +40,7 @@ ForwardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 #: everything :func:`trainer.magic.magic_loss` reports.
 UPDATE_METRIC_KEYS = (
     "losses/policy", "losses/clipfrac", "losses/clipfrac_low", "losses/clipfrac_high",
-    "losses/approx_kl", "losses/entropy_bonus", "entropy", "grad_norm", "lr",
+    "losses/approx_kl", "losses/entropy_bonus", "entropy", "entropy/rollout", "grad_norm", "lr",
 )
 
 #: Metrics that are the same on every rank (not token means): not reduced across ranks.
@@ -426,8 +426,8 @@ class PolicyBackendBase:
         self._check_update_inputs(batch, old_logprobs, advantages, plan, ref_logprobs)
         if loss.kl_coef != 0 and ref_logprobs is None and not self.has_reference:
             raise ValueError("loss.kl_coef != 0 needs a reference policy: build the backend with "
-                             "keep_reference=True (trainer run does when magic.kl_coef > 0) or "
-                             "pass ref_logprobs")
+                             "keep_reference=True (trainer run does when magic.kl_coef > 0 or "
+                             "magic.log_kl) or pass ref_logprobs")
         n_minibatches = len(plan.minibatches)
         lo, hi = self._all_reduce([-n_minibatches, n_minibatches], op="max")
         if -lo != hi:  # every rank must take the same number of optimizer steps (collectives)
