@@ -66,7 +66,7 @@ def test_ignoring_sigterm_times_out(after_attack):
 
 
 def test_fork_bomb_contained(after_attack):
-    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    code = "import os\nwhile True:\n    try:\n        __import__('posix').fork()\n    except OSError:\n        pass"
     o = attack(after_attack, code)
     assert o.status is Status.TIMEOUT
 
@@ -81,14 +81,17 @@ def test_memory_bomb(after_attack):
 
 
 def test_memory_bomb_in_many_processes(after_attack):
-    code = "import os\nfor i in range(12):\n    if os.fork() == 0:\n        break\nx = []\nwhile True:\n    x.append(b'x' * (32 << 20))"
+    code = "import os\nfor i in range(12):\n    if __import__('posix').fork() == 0:\n        break\nx = []\nwhile True:\n    x.append(b'x' * (32 << 20))"
     o = attack(after_attack, code, memory_mb=256)
     assert o.status in (Status.MEMORY_LIMIT, Status.TIMEOUT)
 
 
 def test_output_flood(after_attack):
     o = attack(after_attack, "import sys\nwhile True:\n    sys.stdout.write('25\\n' * 10000)")
-    assert o.status is Status.OUTPUT_LIMIT
+    if PROFILE.harness == "lcb":  # no output cap there: the captured text grows until a limit
+        assert o.status in (Status.OUTPUT_LIMIT, Status.TIMEOUT, Status.MEMORY_LIMIT), o
+    else:
+        assert o.status is Status.OUTPUT_LIMIT
 
 
 def test_stderr_flood_is_harmless(after_attack):
@@ -255,11 +258,11 @@ def test_kill_parent_and_pid1(after_attack):
         "for target in (os.getppid(), 1):\n"
         "    for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGSTOP):\n"
         "        try:\n"
-        "            os.kill(target, sig)\n"
+        "            __import__('posix').kill(target, sig)\n"
         "        except OSError:\n"
         "            pass\n"
         "try:\n"
-        "    os.kill(-1, signal.SIGKILL)\n"
+        "    __import__('posix').kill(-1, signal.SIGKILL)\n"
         "except OSError:\n"
         "    pass\n"
         "n = int(input())\n"
@@ -271,7 +274,7 @@ def test_kill_parent_and_pid1(after_attack):
 
 
 def test_kill_evaluator_in_assert_mode(after_attack):
-    code = "import os, signal\ndef add(a, b):\n    try:\n        os.kill(-1, signal.SIGKILL)\n    except OSError:\n        pass\n    return a + b + 1"
+    code = "import os, signal\ndef add(a, b):\n    try:\n        __import__('posix').kill(-1, signal.SIGKILL)\n    except OSError:\n        pass\n    return a + b + 1"
     o = attack(after_attack, code, gt={"assert_case": ["assert add(1, 2) == 3"]})
     assert o.status in (Status.RUNTIME_ERROR, Status.INCORRECT)
 
@@ -280,9 +283,9 @@ def test_double_fork_daemon_does_not_outlive_sample(after_attack):
     marker = f"/tmp/magic-daemon-{uuid.uuid4().hex}"
     code = (
         "import os, time\n"
-        "if os.fork() == 0:\n"
+        "if __import__('posix').fork() == 0:\n"
         "    os.setsid()\n"
-        "    if os.fork() == 0:\n"
+        "    if __import__('posix').fork() == 0:\n"
         "        for _ in range(100):\n"
         "            time.sleep(0.05)\n"
         f"            try: open({marker!r}, 'w').write('alive')\n"
@@ -301,7 +304,7 @@ def test_daemon_cannot_disturb_next_test(after_attack):
     code = (
         "import os, sys, time\n"
         "n = int(input())\n"
-        "if n == 5 and os.fork() == 0:\n"
+        "if n == 5 and __import__('posix').fork() == 0:\n"
         "    os.setsid()\n"
         "    time.sleep(0.3)\n"
         "    print(36, flush=True)\n"
@@ -318,12 +321,12 @@ def test_ptrace_and_process_vm_denied(after_attack):
     code = (
         "import ctypes, os\n"
         "libc = ctypes.CDLL(None, use_errno=True)\n"
-        "pid = os.fork()\n"
+        "pid = __import__('posix').fork()\n"
         "if pid == 0:\n"
         "    import time; time.sleep(5); os._exit(0)\n"
         "rc = libc.ptrace(16, pid, 0, 0)\n"  # PTRACE_ATTACH to our own child
         "print(rc, ctypes.get_errno())\n"
-        "os.kill(pid, 9)\n"
+        "__import__('posix').kill(pid, 9)\n"
     )
     sb = after_attack
     r = sb.run([sb.python, "-I", "-S", "-c", code], limits=SandboxLimits(wall_s=20, cpu_s=10))
@@ -331,7 +334,9 @@ def test_ptrace_and_process_vm_denied(after_attack):
     rc, errno = r.stdout.decode().split()
     assert (int(rc), int(errno)) == (-1, 1)  # EPERM
     o = attack(after_attack, "import ctypes\nprint(25)")
-    assert o.status is Status.RUNTIME_ERROR and "ctypes" in o.detail
+    # lcb: imports run when the module loads (make_function hoists them): a load failure.
+    want = Status.COMPILE_ERROR if PROFILE.harness == "lcb" else Status.RUNTIME_ERROR
+    assert o.status is want and "ctypes" in o.detail
 
 
 # -- forging the verdict ---------------------------------------------------------------------
@@ -339,7 +344,10 @@ def test_ptrace_and_process_vm_denied(after_attack):
 
 def test_exit_before_tests_run(after_attack):
     o = attack(after_attack, "import os\nos._exit(0)")
-    assert o.status is Status.INCORRECT
+    # lcb: one process runs every test, so os._exit ends it without an answer (LiveCodeBench's
+    # judging process dies too: no result, a failure there).
+    want = Status.RUNTIME_ERROR if PROFILE.harness == "lcb" else Status.INCORRECT
+    assert o.status is want
     o = attack(
         after_attack,
         "import sys\nsys.exit(0)\ndef f(x):\n    return x * x",
@@ -535,7 +543,7 @@ def test_fork_bomb_in_assert_mode(after_attack):
         "def bomb():\n"
         "    while True:\n"
         "        try:\n"
-        "            os.fork()\n"
+        "            __import__('posix').fork()\n"
         "        except OSError:\n"
         "            pass\n"
         "threading.Thread(target=bomb, daemon=True).start()\n"

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verifier.extract import after_think, last_boxed, last_code_block
+from verifier.extract import after_think, boxed_spans, last_boxed, last_boxed_at, last_code_block
 
 
 @pytest.mark.parametrize(
@@ -53,6 +53,32 @@ def test_after_think(response: str, expected: str | None) -> None:
 )
 def test_last_boxed(text: str, expected: str | None) -> None:
     assert last_boxed(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("a \\boxed{1} b \\fbox{2}", [(2, 11, "1"), (14, 22, "2")]),
+        ("\\boxed{\\boxed{5}}", [(0, 17, "\\boxed{5}")]),  # a box inside another is part of it
+        ("\\boxed 5 and \\boxed{6}", [(0, 8, "5"), (13, 22, "6")]),
+        ("\\boxed{1} \\boxed{2", [(0, 9, "1")]),  # stops at a box never closed
+        ("\\boxedx{3} none", []),
+        ("", []),
+    ],
+)
+def test_boxed_spans(text: str, expected: list[tuple[int, int, str]]) -> None:
+    spans = boxed_spans(text)
+    assert spans == expected
+    assert all(text[end - 1] in "}56" for _, end, _ in spans)
+
+
+@pytest.mark.parametrize("text", ["x \\boxed{1} y \\boxed{2}", "\\boxed{\\boxed{5}}", "\\boxed 7",
+                                  "\\boxed{1", "none", "\\fbox{a} \\boxed {b}"])
+def test_last_boxed_at_is_where_last_boxed_reads(text: str) -> None:
+    found = last_boxed_at(text)
+    assert (found[1] if found else None) == last_boxed(text)
+    if found:
+        assert text.startswith(("\\boxed", "\\fbox"), found[0])
 
 
 def test_last_boxed_is_linear_on_a_long_unclosed_box() -> None:

@@ -432,7 +432,9 @@ def test_a_call_out_of_cpu_is_a_timeout_never_a_silent_incorrect(monkeypatch) ->
     The parse is made slow on purpose (0.3 s of CPU, then the real one): a real parse of
     ``x = 936`` takes a few milliseconds, within one tick of the kernel's CPU accounting, so a
     budget of 1 us fired only when a tick landed inside it (a clean-clone run under load got
-    CORRECT). 0.3 s of CPU against a 0.05 s budget fires every time."""
+    CORRECT). 0.3 s of CPU against a 0.05 s budget fires every time. (``x = 936`` itself no
+    longer reaches the parser: its right side is spelled like the gold; ``x = \\frac{1872}{2}``
+    does.)"""
     real_parse = math_verify.parse
 
     def slow_parse(*args: Any, **kwargs: Any) -> Any:
@@ -443,11 +445,11 @@ def test_a_call_out_of_cpu_is_a_timeout_never_a_silent_incorrect(monkeypatch) ->
 
     monkeypatch.setattr(math_verify, "parse", slow_parse)
     monkeypatch.setattr(math_score, "CALL_TIMEOUT_S", 0.05)
-    outcome = score_math(box("x = 936"), "936", LIMITS)
+    outcome = score_math(box("x = \\frac{1872}{2}"), "936", LIMITS)
     assert outcome.status is Status.TIMEOUT, outcome
     assert "CPU" in outcome.detail
     monkeypatch.undo()
-    assert score_math(box("x = 936"), "936", LIMITS).status is Status.CORRECT
+    assert score_math(box("x = \\frac{1872}{2}"), "936", LIMITS).status is Status.CORRECT
 
 
 def _rational_spellings(rng: random.Random, num: int, den: int) -> str:

@@ -715,7 +715,9 @@ def test_ctypes_c_module_cannot_write_memory(after_attack):
     """ctypes' C module alone makes a callable from memmove's address (no audit event for the
     call): importing it is refused, as if it were not installed."""
     o = judged(after_attack, CTYPES_MEMMOVE, EMPTY)
-    assert o.status is Status.RUNTIME_ERROR and "_ctypes is not available" in o.detail
+    # lcb: LiveCodeBench counts a program that fails to load as a compile error
+    want = Status.COMPILE_ERROR if PROFILE.name == "lcb" else Status.RUNTIME_ERROR
+    assert o.status is want and "_ctypes is not available" in o.detail
 
 
 STOP_ITERATION = "def f(x):\n    raise StopIteration\n"
@@ -904,7 +906,12 @@ HUGE_FATAL = WRITE_ANSWER + (
 
 def test_unhashable_type_tag_in_the_answer_is_the_programs_failure(after_attack):
     o = judged(after_attack, UNHASHABLE_TAG, call_gt(n=2), run_all_tests=True)
-    assert o.status is Status.RUNTIME_ERROR and "malformed" in o.detail, o
+    if PROFILE.name == "lcb":
+        # LiveCodeBench's runner reads the return value, not a channel the program can write
+        # to: the forged records go nowhere and f's own answer (None) is wrong
+        assert o.status is Status.INCORRECT and "got None" in o.detail, o
+    else:
+        assert o.status is Status.RUNTIME_ERROR and "malformed" in o.detail, o
     assert (o.passed, o.total) == (0, 2)
 
 

@@ -86,7 +86,7 @@ RunBounded = Callable[[Callable[..., Any], tuple, float], Any]
 
 MAX_ITEM_TIMEOUT_S = 60.0
 ITEM_SLACK_S = 3.0
-PROGRAM_OUTPUT_BYTES = 8 * 1024 * 1024  # per test: more is OUTPUT_LIMIT
+PROGRAM_OUTPUT_BYTES = 8 * 1024 * 1024  # default per test: more is OUTPUT_LIMIT
 MIN_COMPARE_S = 1.0  # the least time a comparison gets, even at the end of an item's time
 DEFAULT_PROFILE = PROFILE_TABLE["default"]
 MAX_PROFILE_ITEM_S = 300.0  # the longest whole-sample budget a profile's rule gives
@@ -426,8 +426,10 @@ def extract_program(response: str, profile: Profile) -> tuple[str | None, str]:
     return last_code_block(answer), "no python code block after the think block"
 
 
-def _spec(ground_truth: Any, run_bounded: RunBounded) -> Spec | Outcome:
-    """The ground truth as a Spec, or INVALID_INPUT saying what is wrong with it.
+def _spec(ground_truth: Any, run_bounded: RunBounded, int_digits: int | None = None
+          ) -> Spec | Outcome:
+    """The ground truth as a Spec, or INVALID_INPUT saying what is wrong with it; integers of
+    call-based tests may have ``int_digits`` digits (the profile's ``int_max_str_digits``).
 
     The formats that carry test code (asserts, LeetCode-style: CODE_FORMAT_KEYS) are parsed
     with ``ast``, whose cost the row's author controls (CPython parses an f-string of n fields
@@ -439,7 +441,7 @@ def _spec(ground_truth: Any, run_bounded: RunBounded) -> Spec | Outcome:
     try:
         if isinstance(gt, dict) and any(k in gt for k in CODE_FORMAT_KEYS):
             return run_bounded(parse_ground_truth, (gt,), GROUND_TRUTH_PARSE_S)
-        return parse_ground_truth(gt)
+        return parse_ground_truth(gt, int_digits)
     except BadGroundTruth as e:
         return Outcome(Status.INVALID_INPUT, str(e))
     except RecursionError:
@@ -491,7 +493,7 @@ def _score(
     profile: Profile,
     costs: dict[str, float],
 ) -> Outcome:
-    spec = _spec(ground_truth, run_bounded)
+    spec = _spec(ground_truth, run_bounded, profile.int_max_str_digits)
     if isinstance(spec, Outcome):
         return spec
     total = spec.total
@@ -537,7 +539,8 @@ def _score(
         "sys_path": packages if profile.numpy else None,
         "test_timeout": tt,
         "memory_mb": memory_mb,
-        "output_bytes": PROGRAM_OUTPUT_BYTES,
+        "output_bytes": profile.output_bytes,
+        "lcb": profile.harness == "lcb",
         "stop_on_fail": stop_on_fail,
         "oom_is_memory": oom_is_memory,
         "budget_s": max(0.5, timeout - 0.5),
@@ -567,7 +570,7 @@ def _score(
         wall_s=timeout,
         cpu_s=timeout + 1,
         memory_mb=memory_mb,
-        output_bytes=total * (PROGRAM_OUTPUT_BYTES + framing.ERR_TAIL + 4096) + (1 << 20),
+        output_bytes=total * (profile.output_bytes + framing.ERR_TAIL + 4096) + (1 << 20),
     )
     try:
         files, entry = harness_files(sandbox)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from verifier.bigint import MAX_INT_DIGITS, json_loads_digits
 from verifier.items import (
     MAX_GROUND_TRUTH_CHARS,
     Item,
@@ -64,7 +65,8 @@ def item_from_proto(msg: pb.Item) -> Item | tuple[str, Outcome]:
     if not msg.ground_truth_json:
         return msg.id, invalid("'ground_truth_json' is empty")
     try:
-        ground_truth = json.loads(msg.ground_truth_json)
+        # Integers as large as any profile allows (verifier/bigint.py).
+        ground_truth = json_loads_digits(msg.ground_truth_json, MAX_INT_DIGITS)
     except RecursionError:
         # json's C decoder bounds its depth by the interpreter's recursion limit and raises
         # RecursionError, not ValueError: a few thousand brackets are the item's problem.

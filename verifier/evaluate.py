@@ -46,6 +46,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from verifier.bigint import MAX_INT_DIGITS, json_loads_digits
 from verifier.client import ClientConfig, VerifierClient
 from verifier.generations import Generation, read_generations_file
 from verifier.items import (MAX_GROUND_TRUTH_CHARS, NOT_A_VERDICT, Item, Limits, Result,
@@ -227,7 +228,7 @@ def _problem_from_line(data: bytes, line: int) -> EvalProblem | str | None:
     if not text.strip():
         return None
     try:
-        obj = json.loads(text)
+        obj = json_loads_digits(text, MAX_INT_DIGITS)  # as large as any profile allows
     except RecursionError:
         return "not valid JSON: nested too deeply to decode"
     except ValueError as e:

@@ -38,17 +38,54 @@ def last_boxed(text: str) -> str | None:
     None when there is none or the last one is never closed (the answer was cut off).
     Escaped braces ``\\{ \\}`` and ``\\\\`` inside do not count. ``\\boxed 5`` (no braces)
     gives the next token."""
+    found = last_boxed_at(text)
+    return None if found is None else found[1]
+
+
+def last_boxed_at(text: str) -> tuple[int, str] | None:
+    """``(where its \\boxed starts, content)`` of the box :func:`last_boxed` reads; None
+    where that is None."""
     for m in reversed(list(_BOX.finditer(text))):
         i = m.end()
         if i < len(text) and text[i] == "{":
-            return _braced(text, i)
+            content = _braced(text, i)
+            return None if content is None else (m.start(), content)
         if m.group(1):
             # At position i, not on text[i:]: a copy of the rest for each of 125,000 "\boxed $"
             # was quadratic (3 s of a server thread on a 1,000,000-character response).
             tok = _TOKEN.match(text, i)
             if tok:
-                return tok.group(0)
+                return m.start(), tok.group(0)
     return None
+
+
+def boxed_spans(text: str) -> list[tuple[int, int, str]]:
+    """Every outermost closed box as ``(start, end, content)``, in order; a box inside another
+    is part of it. Stops at a box that never closes (everything after it is inside it). Linear:
+    each character is scanned by at most one brace match."""
+    spans: list[tuple[int, int, str]] = []
+    end = 0
+    for m in _BOX.finditer(text):
+        if m.start() < end:
+            continue  # inside the previous box
+        i = m.end()
+        if i < len(text) and text[i] == "{":
+            content = _braced(text, i)
+            if content is None:
+                break
+            end = i + len(content) + 2
+        elif m.group(1) and (tok := _TOKEN.match(text, i)):
+            content, end = tok.group(0), tok.end()
+        else:
+            continue
+        spans.append((m.start(), end, content))
+    return spans
+
+
+def brace_group(text: str, start: int) -> str | None:
+    """The content of the brace group opening at ``text[start]`` (a ``{``), braces balanced and
+    escaped ones not counted; None when it never closes."""
+    return _braced(text, start)
 
 
 def _braced(text: str, start: int) -> str | None:

@@ -11,10 +11,10 @@ asserts of the last two are rewritten here into call-outs to the in-jail evaluat
 from __future__ import annotations
 
 import ast
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from verifier.bigint import json_loads_digits
 from verifier.items import decode_ground_truth
 
 __all__ = ["BadGroundTruth", "Spec", "parse_ground_truth"]
@@ -44,9 +44,12 @@ def _text(v: Any, what: str) -> str:
     raise BadGroundTruth(f"{what} must be a string, got {type(v).__name__}")
 
 
-def parse_ground_truth(gt: Any) -> Spec:
+def parse_ground_truth(gt: Any, int_digits: int | None = None) -> Spec:
     """Validate and normalise a code ground truth (docs/contracts.md 1); BadGroundTruth names
-    what is wrong."""
+    what is wrong. ``int_digits``: the judging profile's ``int_max_str_digits`` (integers of
+    call-based tests, given as JSON text, may have that many digits: LiveCodeBench's 50,000;
+    None: Python's default, 4,300), applied without changing the process's own limit
+    (verifier/bigint.py)."""
     gt = decode_ground_truth(gt)
     if isinstance(gt, str):
         raise BadGroundTruth(
@@ -59,14 +62,14 @@ def parse_ground_truth(gt: Any) -> Spec:
     if "test_code" in gt or "entry_point" in gt:
         return _parse_leetcode(gt)
     if "inputs" in gt or "outputs" in gt:
-        return _parse_io(gt)
+        return _parse_io(gt, int_digits)
     raise BadGroundTruth(
         "code ground_truth has none of the known formats: {inputs, outputs[, fn_name]}, "
         "{import_prefix, test_code, entry_point} or {assert_case}"
     )
 
 
-def _parse_io(gt: dict) -> Spec:
+def _parse_io(gt: dict, int_digits: int | None = None) -> Spec:
     inputs, outputs = gt.get("inputs"), gt.get("outputs")
     if not isinstance(inputs, list):
         raise BadGroundTruth(f"'inputs' must be a list, got {type(inputs).__name__}")
@@ -91,7 +94,8 @@ def _parse_io(gt: dict) -> Spec:
     for i, (x, y) in enumerate(zip(inputs, outputs)):
         if isinstance(x, str):
             try:
-                args = [json.loads(line) for line in x.split("\n") if line.strip()]
+                args = [json_loads_digits(line, int_digits) for line in x.split("\n")
+                        if line.strip()]
             except ValueError as e:
                 raise BadGroundTruth(f"inputs[{i}] is not newline-separated JSON arguments: {e}")
         elif isinstance(x, list):
@@ -102,7 +106,7 @@ def _parse_io(gt: dict) -> Spec:
             )
         if isinstance(y, str):
             try:
-                out = json.loads(y)
+                out = json_loads_digits(y, int_digits)
             except ValueError as e:
                 raise BadGroundTruth(f"outputs[{i}] is not one JSON value: {e}")
         else:

@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from verifier.bigint import MAX_INT_DIGITS, json_loads_digits
+
 DOMAINS = ("math", "code")
 PROFILES = ("default", "lcb", "skywork")
 """Judging profiles: whose rules an item is judged by (verifier/profiles.py). "default" is this
@@ -196,7 +198,9 @@ def decode_ground_truth(value: Any) -> Any:
         s = value.strip()
         if s[:1] in ("[", "{"):
             try:
-                decoded = json.loads(s)
+                # Integers as large as any profile allows (verifier/bigint.py): the judge
+                # applies the item's own profile when it parses the tests.
+                decoded = json_loads_digits(s, MAX_INT_DIGITS)
             except (ValueError, RecursionError):
                 # RecursionError: thousands of brackets (json's depth bound); then the text
                 # is not a JSON list or object in any useful sense: judge it as written.

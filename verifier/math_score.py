@@ -21,14 +21,26 @@ This project's rules (``default``):
 
 - the answer is read after the last ``</think>``; a response that opened ``<think>`` and never
   closed it has no answer (NO_ANSWER); without think tags the whole text counts;
+- that region is read as TeX renders it (verifier/math_rules.py, ``render``): ``%`` comments
+  (a ``%`` right after a number is a percent sign), ``\\iffalse ... \\fi`` and ``\\phantom``,
+  ``\\hphantom``, ``\\vphantom`` are dropped; argument-free ``\\def``/``\\newcommand``
+  macros are expanded; a region defining macros with arguments, or using ``\\let``, is not
+  judged (INCORRECT);
 - the answer is the content of the LAST ``\\boxed{...}`` (or ``\\fbox{...}``) of that region, not a
-  set of all boxes; there is no fallback when there is no box (NO_ANSWER);
+  set of all boxes; there is no fallback when there is no box (NO_ANSWER); one that renders
+  empty (``\\phantom{5}``) is NO_ANSWER;
+- hedging is INCORRECT: every earlier box of the region that no retraction ("wait", "wrong",
+  "mistake", "actually", "no,", "instead", ...) follows before the final box is another final
+  answer, and each must match a gold too (``\\boxed{6}`` or ``\\boxed{5}`` is INCORRECT for 5,
+  either order; ``\\boxed{1/2}``, that is ``\\boxed{0.5}``, is CORRECT; a box that is one of
+  the final answer's items, ``x = \\boxed{2}`` before ``\\boxed{(2, 3)}``, is not another
+  answer); over MAX_RIVALS of them is INCORRECT without judging each;
 - equivalence is decided by math-verify over sympy, gold first (``verify(gold, answer)``); the
   item is CORRECT when any acceptable answer matches;
 - known weak spots of plain math-verify are fixed: exact numbers that math-verify calls equal
   after its 6-decimal rounding but that differ (``1/2004!`` vs ``1/2006!``, ``10^{-20}`` vs
-  ``2\\cdot 10^{-20}``) are INCORRECT; ``\\pm`` answers are sets (below); several boxes: the last
-  one counts;
+  ``2\\cdot 10^{-20}``) are INCORRECT; ``\\pm`` answers are sets (below); false relations,
+  relation symbols with no left side, bases and intervals (below);
 - inputs have size caps, and expression bombs (huge power towers or factorials, deep nesting,
   over-long answers) are detected before sympy sees them; such an answer only matches a gold
   that is string-identical after normalisation. The service also kills a worker at a hard
@@ -37,15 +49,36 @@ This project's rules (``default``):
 Rules chosen where the design leaves a choice (each one is tested):
 
 - leading zeros: ``007`` equals ``7`` (AIME golds are written ``025``, answers ``25``);
-- percent: ``p\\%`` equals both ``p`` and ``p/100`` (math-verify's rule): ``50\\%`` matches golds
-  ``50``, ``50\\%`` and ``0.5``;
+- percent: ``p\\%`` equals both ``p`` and ``p/100``, for any ``p`` (math-verify's rule for
+  integers; ours for decimals and fractions): ``50\\%`` matches golds ``50``, ``50\\%`` and
+  ``0.5``, ``12.5\\%`` matches ``12.5`` and ``0.125`` and a gold ``12.5\\%`` accepts ``12.5``;
 - degrees: ``^\\circ`` is dropped, ``30^\\circ`` equals ``30``; there is no conversion between
   degrees and radians (``\\frac{\\pi}{6}`` does not match ``30^\\circ``);
 - ``\\pm``: ``a \\pm b`` is the set ``{a+b, a-b}``: ``\\pm 2`` equals ``2, -2``, ``-2, 2`` and
   ``\\pm2``, in either direction; ``2`` alone does not match ``\\pm 2`` (a root is missing), nor
   does ``\\pm 2`` match ``2``;
-- equations: an answer ``x = 5`` is compared by its right-hand side when the gold is a bare
-  value, and a gold ``x = 5`` accepts ``5``; ``y = 5`` does not match ``x = 5``;
+- equations: against a gold that is no relation, an answer with ``=`` or ``\\approx`` is judged
+  by each side (_chain_matches), but sides that only name the quantity: a variable, a name
+  with a subscript, primes or accents, a function's value at plain arguments, letters joined
+  by + - * / (``x``, ``a_{10}``, ``f(2)``, ``AB``, ``m + n``). ``x = 5`` and ``m + n = 33``
+  match 5 and 33; ``6 = 5``, ``x + 1 = 5``, ``2x = 10``, ``x^2 = 4``, ``x = 13 = 12`` (12),
+  ``29 = 13`` (13) do not; ``x = \\frac{10}{2} = 5`` and ``2^{10} = 1024`` do (every side
+  matches). Around ``\\approx`` one run of equal sides must match and the sides must agree to
+  the decimals shown: ``\\pi \\approx 3.14`` matches ``\\pi`` and ``3.14``, ``13 \\approx 29``
+  matches neither. ``= 5`` states 5. A gold ``x = 5`` accepts ``5``; ``y = 5`` does not match
+  ``x = 5``;
+- a relation symbol with no left side (``\\neq 9``, ``\\ne 5``, ``< 5``, ``\\geq 2``) states no
+  value and matches only a gold spelled the same;
+- alternatives in one box are a list, not a choice: ``x = 13 \\lor x = 29``, ``13 \\vee 29``,
+  ``13 or 29`` (and ``13 \\text{ or } 29``, ``13, 29``, as math-verify reads them) match the
+  gold ``13, 29`` and not ``29``;
+- bases: two numerals that both carry a base subscript compare digits and base (``1300_6``
+  does not match ``1300_5``, ``1300_{5}`` and ``(1300)_5`` do); with the base on one side only,
+  math-verify's reading stands (the subscript is dropped: ``1300`` matches ``1300_5``);
+- intervals: an inequality in one variable against an interval or union, either way round, is
+  its set of solutions (``-2 < x < 2`` and ``(-2, 2)``, ``-2 \\le x < 2`` and ``[-2, 2)``,
+  ``x < -2 \\text{ or } x > 2`` and ``(-\\infty, -2) \\cup (2, \\infty)``); endpoints must
+  agree, and the variable must stand alone (``x^2 < 4`` is not ``(-2, 2)``);
 - units in ``\\text{...}`` after a number are ignored (``5\\text{ cm}`` equals ``5``);
 - decimals follow math-verify's rounding to 6 decimal places (``0.333333`` equals ``1/3``,
   ``3.14`` does not equal ``\\pi``); the exact-number check above only applies when neither side
@@ -70,10 +103,11 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
-from verifier import extract
+from verifier import extract, math_bombs, math_rules
 from verifier.profiles import PROFILE_TABLE, Profile
 from verifier.items import (
     MAX_RESPONSE_CHARS,
@@ -102,6 +136,11 @@ MAX_EXACT_DIGITS = 20_000
 ``2004!`` (5,700 digits) and ``2^{10000}`` pass, ``(10^8)!`` and ``9^{9^{9^9}}`` do not."""
 CALL_TIMEOUT_S = 1.0
 """CPU seconds one math-verify call (a parse, a comparison) may use (ITIMER_PROF)."""
+MAX_RIVALS = 8
+"""Most other final answers (differently spelled boxes no retraction follows) judged one by one;
+a response with more is hedging and INCORRECT."""
+MAX_BOX_SPELLINGS = 256
+"""Most differently written earlier boxes normalised one by one (a bound on a flood of boxes)."""
 RELEASED_CALL_S = 5.0
 """The "skywork" profile's per-call budget: math-verify's default 5 s, as released."""
 DEFAULT_TIMEOUT_S = 5.0
@@ -154,11 +193,16 @@ def score_math(
     prepared = _prepare(response, ground_truth)
     if isinstance(prepared, Outcome):
         return prepared
-    answer, golds = prepared
-    quick = _plain_verdict(answer, golds)
-    if quick is not None:
-        return quick
-    return _judge(answer, golds, time.monotonic() + budget)
+    answer, golds, rivals = prepared
+    deadline = time.monotonic() + budget
+
+    def judge(latex: str) -> Outcome:
+        quick = _plain_verdict(latex, golds)
+        return quick if quick is not None else _judge(latex, golds, deadline)
+
+    verdict = _hedge_verdict(judge(answer), answer, rivals, judge)
+    assert verdict is not None  # judge always answers here
+    return verdict
 
 
 def quick_verdict(
@@ -167,17 +211,44 @@ def quick_verdict(
     """score_math's verdict when it needs no sympy, else None: bad input (INVALID_INPUT), no
     answer (NO_ANSWER), an answer and acceptable golds that are all plain integers (AIME
     style), compared as integers, or all plain rationals (integers and fractions), or an
-    answer spelled like a gold (_plain_verdict). The same code as score_math's first steps, so the same
-    verdict; cheap and bounded (no parser), so the service runs it inline, sparing the item
-    a round trip through a worker process. (Under the "skywork" extraction, math-verify reads
-    the whole response: only a bad ground truth is decided here.)"""
+    answer spelled like a gold (_plain_verdict), when the response's other final answers
+    (hedges) are all decided the same way. The same code as score_math's first steps, so the
+    same verdict; cheap and bounded (no parser), so the service runs it inline, sparing the
+    item a round trip through a worker process. (Under the "skywork" extraction, math-verify
+    reads the whole response: only a bad ground truth is decided here.)"""
     if profile.math_extraction == "skywork":
         golds = _gold_answers(ground_truth)
         return golds if isinstance(golds, Outcome) else None
     prepared = _prepare(response, ground_truth)
     if isinstance(prepared, Outcome):
         return prepared
-    return _plain_verdict(*prepared)
+    answer, golds, rivals = prepared
+    verdict = _plain_verdict(answer, golds)
+    if verdict is None:
+        return None
+    return _hedge_verdict(verdict, answer, rivals, lambda latex: _plain_verdict(latex, golds))
+
+
+def _hedge_verdict(verdict: Outcome, answer: str, rivals: list[str],
+                   judge: Callable[[str], Outcome | None]) -> Outcome | None:
+    """``verdict`` on the final box, unless it is CORRECT and the response gives other final
+    answers (``rivals``): then every one of them must match a gold too, else the response
+    hedges and is INCORRECT. ``judge(latex)`` is an Outcome, or None when it cannot tell
+    (quick_verdict: then None)."""
+    if verdict.status is not Status.CORRECT or not rivals:
+        return verdict
+    if len(rivals) > MAX_RIVALS:
+        return Outcome(Status.INCORRECT, f"answer {_q(answer)} is hedged: over {MAX_RIVALS + 1} "
+                                         "different final answers, none retracted")
+    for rival in rivals:
+        outcome = judge(rival)
+        if outcome is None or outcome.status is Status.TIMEOUT:
+            return outcome
+        if outcome.status is not Status.CORRECT:
+            return Outcome(Status.INCORRECT,
+                           f"answer {_q(answer)} is hedged: the response also answers "
+                           f"{_q(rival)}, not retracted, which does not match")
+    return verdict
 
 
 def _checked(response: str, ground_truth: Any) -> list[str] | Outcome:
@@ -193,23 +264,54 @@ def _checked(response: str, ground_truth: Any) -> list[str] | Outcome:
     return golds
 
 
-def _prepare(response: str, ground_truth: Any) -> tuple[str, list[str]] | Outcome:
-    """(answer, acceptable golds), or the Outcome that ends scoring early."""
+def _prepare(response: str, ground_truth: Any) -> tuple[str, list[str], list[str]] | Outcome:
+    """(answer, acceptable golds, other final answers), or the Outcome that ends scoring early.
+    The answer region is read as it renders (math_rules.render: comments, ``\\iffalse``,
+    macros, phantoms); the other final answers are the boxes before the last that no
+    retraction follows, spelled unlike the answer (math_rules.unretracted_boxes)."""
     golds = _checked(response, ground_truth)
     if isinstance(golds, Outcome):
         return golds
     region = extract.after_think(response)
     if region is None:
         return Outcome(Status.NO_ANSWER, "response opened <think> and never closed it")
-    boxed = extract.last_boxed(region)
-    if boxed is None:
+    region, problem = math_rules.render(region)
+    if problem is not None:
+        return Outcome(Status.INCORRECT, f"not judged: the answer region {problem}")
+    found = extract.last_boxed_at(region)
+    if found is None:
         if re.search(r"\\(?:boxed|fbox)", region):
             return Outcome(Status.NO_ANSWER, "the last \\boxed{ is never closed (answer cut off)")
         return Outcome(Status.NO_ANSWER, "no \\boxed{...} answer after the reasoning")
+    start, boxed = found
     answer = _unwrap_boxes(boxed).strip()
     if not _normalise(answer):
         return Outcome(Status.NO_ANSWER, "the last \\boxed{} is empty")
-    return answer, golds
+    others = math_rules.unretracted_boxes(region, start)
+    return answer, golds, (_rivals(answer, others) if others else [])
+
+
+def _rivals(answer: str, others: list[str]) -> list[str]:
+    """The other final answers among the contents ``others`` of earlier boxes: spelled unlike
+    the answer and unlike its own items (``x = \\boxed{2}``, ``y = \\boxed{3}``, then
+    ``\\boxed{(2, 3)}``); at most MAX_RIVALS + 1 (more is hedging whatever they are). Over
+    MAX_BOX_SPELLINGS different spellings are not normalised one by one: they are rivals."""
+    spellings = list(dict.fromkeys(others))
+    if len(spellings) > MAX_BOX_SPELLINGS:
+        return spellings[-(MAX_RIVALS + 1):]
+    seen = {_normalise(answer)}
+    if len(answer) <= MAX_ANSWER_CHARS:
+        seen |= {_normalise(item) for item in math_rules.list_items(answer)}
+    rivals: list[str] = []
+    for content in spellings:
+        rival = _unwrap_boxes(content).strip()
+        norm = _normalise(rival)
+        if norm and norm not in seen:
+            seen.add(norm)
+            rivals.append(rival)
+            if len(rivals) > MAX_RIVALS:
+                break
+    return rivals
 
 
 _PLAIN_INT = re.compile(r"[+-]?\d{1,200}")
@@ -234,7 +336,7 @@ _PLAIN_RATIONAL = re.compile(
 
 
 def _plain_rational(norm: str) -> Fraction | None:
-    """The value of a normalised plain rational: ``[+-]`` then an integer, ``\frac{a}{b}`` or
+    """The value of a normalised plain rational: ``[+-]`` then an integer, ``\\frac{a}{b}`` or
     ``a/b`` of digit strings, with a denominator that is not zero; else None."""
     m = _PLAIN_RATIONAL.fullmatch(norm)
     if m is None:
@@ -255,7 +357,7 @@ def _plain_verdict(answer: str, golds: list[str]) -> Outcome | None:
 
     - integers against integer golds: _integer_verdict;
     - an answer spelled like a gold (after normalisation): CORRECT, _judge's first step;
-    - an answer and golds that are all plain rationals (integers, ``\frac{a}{b}``, ``a/b``):
+    - an answer and golds that are all plain rationals (integers, ``\\frac{a}{b}``, ``a/b``):
       compared exactly as fractions, gold by gold in order. math-verify parses each to a sympy
       Rational; it calls equal rationals equal, and unequal ones that its 6-decimal rounding
       calls equal are then told apart by _exact_numbers_differ (both Rational: ``g != a``),
@@ -362,22 +464,94 @@ def _judge(answer: str, golds: list[str], deadline: float) -> Outcome:
         log.debug("answer not handed to sympy: %s", problem)
         return Outcome(Status.INCORRECT, f"answer too large to evaluate: {problem}")
 
-    parsed_answer: list[Any] | None = None
+    parsed: dict[str, list[Any]] = {}  # each spelling is parsed once
     try:
         for gold in golds:
             if _too_big(gold) is not None:
                 continue  # only the string comparison above applies to a gold sympy cannot take
             if time.monotonic() > deadline:
                 return Outcome(Status.TIMEOUT, "math scoring ran past its time budget")
-            if parsed_answer is None:
-                parsed_answer = _parse(answer)
-            parsed_gold = _parse(gold)
-            if _equivalent(parsed_gold, parsed_answer):
+            if _matches_gold(answer, gold, parsed):
                 return Outcome(Status.CORRECT, _matches(answer, gold))
     except CallTimeout:
         return _timed_out()
 
-    return _no_match(answer, golds)
+    return _no_match(answer, golds, _why_not(answer, golds))
+
+
+def _matches_gold(answer: str, gold: str, parsed: dict[str, list[Any]]) -> bool:
+    """Whether ``answer`` matches ``gold`` under this project's rules (math_rules), in order:
+    the same spelling; a relation with no left side matches nothing; numerals in a base
+    compare digits and base; alternatives in one box are a list; an equation answering a gold
+    that is no relation is judged by its sides (_chain_matches); ``p\\%`` also equals ``p``;
+    else math-verify (_equivalent). ``parsed`` caches the parses."""
+    norm_answer, norm_gold = _normalise(answer), _normalise(gold)
+    if norm_answer == norm_gold:
+        return True
+    if math_rules.missing_left_side(norm_answer):
+        return False
+    based = math_rules.based_number(norm_answer), math_rules.based_number(norm_gold)
+    if based[0] is not None and based[1] is not None:
+        return based[0] == based[1]
+    answer, gold = math_rules.alternatives(answer), math_rules.alternatives(gold)
+    if not math_rules.is_relation(gold):
+        chain = math_rules.relation_chain(answer)
+        if chain is not None:
+            return _chain_matches(chain, gold, parsed)
+    if _equivalent(_parsed(gold, parsed), _parsed(answer, parsed)):
+        return True
+    answer_number = math_rules.without_percent(answer)
+    gold_number = math_rules.without_percent(gold)
+    if answer_number is not None and gold_number is None:
+        return _matches_gold(answer_number, gold, parsed)
+    if gold_number is not None and answer_number is None:
+        return _matches_gold(answer, gold_number, parsed)
+    return False
+
+
+def _chain_matches(chain: list[tuple[str, str]], gold: str, parsed: dict[str, list[Any]]) -> bool:
+    """An equation or chain (``x = 5``, ``6 = 5``, ``x = 13 = 12``, ``\\pi \\approx 3.14``)
+    against a gold that is no relation. Empty sides are dropped (``= 5`` states 5), and so are
+    sides that only name the quantity (math_rules.names_a_quantity: ``x``, ``m + n``) from the
+    left (else from the right). The rest, split at each ``\\approx``, are runs of equal
+    sides: every side of one run must match the gold, and the runs on either side of each
+    ``\\approx`` must agree to the decimals shown (math_rules.agree)."""
+    sides = [(link, side) for link, side in chain if _normalise(side)]
+    named = False
+    while len(sides) > 1 and math_rules.names_a_quantity(_normalise(sides[0][1])):
+        sides, named = sides[1:], True
+    while not named and len(sides) > 1 and math_rules.names_a_quantity(_normalise(sides[-1][1])):
+        sides = sides[:-1]
+    runs: list[list[str]] = []
+    for k, (link, side) in enumerate(sides):
+        if k == 0 or link != "=":
+            runs.append([])
+        runs[-1].append(math_rules.trig_in_radians(side))
+    if not any(all(_matches_gold(side, gold, parsed) for side in run) for run in runs):
+        return False
+    for before, after in zip(runs, runs[1:]):
+        a, b = _parsed(before[-1], parsed), _parsed(after[0], parsed)
+        if not (a and b and limited(math_rules.agree, a[0], b[0], before[-1], after[0])):
+            return False
+    return True
+
+
+def _why_not(answer: str, golds: list[str]) -> str | None:
+    """The rule that turned ``answer`` down, for the detail, when it is one of math_rules'."""
+    if math_rules.missing_left_side(_normalise(answer)):
+        return "a relation with no left side states no value"
+    chain = math_rules.relation_chain(math_rules.alternatives(answer))
+    if (chain is not None and not math_rules.names_a_quantity(_normalise(chain[0][1]))
+            and not any(math_rules.is_relation(math_rules.alternatives(g)) for g in golds)):
+        return "an equation is judged by each side but a name on its left"
+    return None
+
+
+def _parsed(latex: str, parsed: dict[str, list[Any]]) -> list[Any]:
+    """math-verify's parse of ``latex`` (_parse), once per spelling: ``parsed`` keeps them."""
+    if latex not in parsed:
+        parsed[latex] = _parse(latex)
+    return parsed[latex]
 
 
 def _score_released(response: str, ground_truth: Any, deadline: float) -> Outcome:
@@ -422,15 +596,16 @@ def _score_released(response: str, ground_truth: Any, deadline: float) -> Outcom
     return _no_match(answer, golds)
 
 
-def _no_match(answer: str, golds: list[str]) -> Outcome:
+def _no_match(answer: str, golds: list[str], why: str | None = None) -> Outcome:
+    note = "" if why is None else f" ({why})"
     if len(golds) == 1:
         return Outcome(
-            Status.INCORRECT, f"answer {_q(answer)} does not match gold {_q(golds[0])}"
+            Status.INCORRECT, f"answer {_q(answer)} does not match gold {_q(golds[0])}{note}"
         )
     listed = ", ".join(_q(g) for g in golds[:5]) + (", ..." if len(golds) > 5 else "")
     return Outcome(
         Status.INCORRECT,
-        f"answer {_q(answer)} matches none of the {len(golds)} acceptable answers ({listed})",
+        f"answer {_q(answer)} matches none of the {len(golds)} acceptable answers ({listed}){note}",
     )
 
 
@@ -454,7 +629,10 @@ def _equivalent(gold: list[Any], answer: list[Any]) -> bool:
     if not gold or not answer:
         return False
     if not limited(verify, gold, answer, timeout_seconds=0):
-        return False
+        # an inequality against an interval, either way round (math-verify: gold side only)
+        as_sets = limited(math_rules.solution_sets, gold[0], answer[0])
+        return as_sets is not None and limited(verify, [as_sets[0]], [as_sets[1]],
+                                               timeout_seconds=0)
     g, a = gold[0], answer[0]
     if _exact_numbers_differ(g, a):
         log.debug("math-verify matched exact numbers that differ")
@@ -563,223 +741,10 @@ def _too_big(latex: str) -> str | None:
     if peak > MAX_NESTING:
         return f"brackets nested {peak} deep, over the cap of {MAX_NESTING}"
     try:
-        digits = _Magnitude(_normalise(latex)).peak_digits()
-    except _TooDeep:
-        return f"expression nested more than {_MAX_RECURSION} levels deep"
+        digits = math_bombs.Magnitude(_normalise(latex)).peak_digits()
+    except math_bombs.TooDeep:
+        return f"expression nested more than {math_bombs.MAX_RECURSION} levels deep"
     if digits > MAX_EXACT_DIGITS:
         shown = "an unbounded number of" if math.isinf(digits) else f"about {digits:.3g}"
         return f"it asks for an exact number with {shown} digits (cap {MAX_EXACT_DIGITS})"
     return None
-
-
-_TOKEN = re.compile(r"\d+(?:\.\d*)?|\.\d+|\\[A-Za-z]+|\\.|\S")
-_LOG10_2 = math.log10(2)
-_OPEN = {"{": "}", "(": ")", "[": "]", "\\{": "\\}", "\\lbrace": "\\rbrace", "\\langle": "\\rangle"}
-_CLOSE = {"}", ")", "]", "\\}", "\\rbrace", "\\rangle"}
-_ADD = {"+", "-", "\\pm", "\\mp"}
-_MUL = {"*", "/", "\\cdot", "\\times", "\\div", "\\ast"}
-_TWO_ARGS = {"\\frac", "\\dfrac", "\\tfrac", "\\cfrac", "\\binom", "\\dbinom", "\\tbinom"}
-_TEXT = {"\\text", "\\textbf", "\\textit", "\\mathrm", "\\mathbf", "\\mathit", "\\mbox",
-         "\\operatorname", "\\mathbb", "\\mathcal", "\\begin", "\\end", "\\hbox", "\\textrm"}
-_MAX_RECURSION = 200
-
-
-class _TooDeep(Exception):
-    pass
-
-
-class _Magnitude:
-    """Estimates, without computing anything, the largest exact number sympy would build while
-    evaluating a LaTeX expression. A node is (log10 of its magnitude, bounded above; whether it
-    is an exact number: only literals, +, *, /, powers and factorials of exact numbers). Only
-    exact numbers count: sympy evaluates ``Integer ** Integer`` and ``factorial(Integer)`` in
-    uninterruptible C big-integer code, while symbols and floats stay cheap. Upper bounds
-    throughout (``\\frac{a}{b}`` counts the digits of both), so it errs towards "too big"."""
-
-    def __init__(self, latex: str):
-        self.toks = _TOKEN.findall(latex)
-        self.i = 0
-        self.peak = 0.0
-        self.level = 0
-
-    def peak_digits(self) -> float:
-        """Estimated digits of the largest exact number; raises _TooDeep past _MAX_RECURSION."""
-        try:
-            while self.i < len(self.toks):
-                self.sequence(stop=None)
-                self.i += 1  # a stray closer: skip it and go on
-        except (OverflowError, ValueError):
-            return math.inf
-        return self.peak
-
-    # grammar helpers ------------------------------------------------------------------------
-    def tok(self) -> str | None:
-        return self.toks[self.i] if self.i < len(self.toks) else None
-
-    def note(self, digits: float, exact: bool) -> tuple[float, bool]:
-        if exact and digits > self.peak:
-            self.peak = digits
-        return digits, exact
-
-    def sequence(self, stop: str | None) -> tuple[float, bool]:
-        """Comma/relation separated items up to the closer ``stop`` (not consumed)."""
-        self.level += 1
-        if self.level > _MAX_RECURSION:
-            raise _TooDeep
-        best, exact = 0.0, True
-        while (t := self.tok()) is not None and t != stop and not (stop is None and t in _CLOSE):
-            if t in _CLOSE:
-                self.i += 1  # mismatched closer inside an interval like (1, 2]: ends the group
-                break
-            before = self.i
-            d, e = self.sum()
-            best, exact = max(best, d), exact and e
-            if self.i == before:
-                self.i += 1  # a separator or an unknown token: skip it
-        self.level -= 1
-        return best, exact
-
-    def sum(self) -> tuple[float, bool]:
-        d, e = self.term()
-        while self.tok() in _ADD:
-            self.i += 1
-            d2, e2 = self.term()
-            d, e = self.note(max(d, d2) + _LOG10_2, e and e2)
-        return d, e
-
-    def term(self) -> tuple[float, bool]:
-        d, e = self.factor()
-        while True:
-            t = self.tok()
-            if t in _MUL:
-                self.i += 1
-            elif t is None or not self.starts_atom(t):
-                return d, e
-            d2, e2 = self.factor()
-            d, e = self.note(d + d2, e and e2)
-
-    def factor(self) -> tuple[float, bool]:
-        while self.tok() in _ADD:  # unary signs
-            self.i += 1
-        d, e = self.atom()
-        while True:
-            t = self.tok()
-            if t == "!":
-                self.i += 1
-                d, e = self.note(_factorial_digits(d), e)
-            elif t == "^":
-                exps = []
-                while self.tok() == "^":
-                    self.i += 1
-                    exps.append(self.argument())
-                ed, ee = exps[-1]
-                for d2, e2 in reversed(exps[:-1]):  # a^b^c read as a^(b^c): the larger
-                    ed, ee = self.note(_power_digits(d2, ed), e2 and ee)
-                d, e = self.note(_power_digits(d, ed), e and ee)
-            elif t == "_":
-                self.i += 1
-                self.argument()  # a subscript names something; its value is not computed
-            elif t == "'":
-                self.i += 1
-            else:
-                return d, e
-
-    def starts_atom(self, t: str) -> bool:
-        if t in _OPEN or t[0].isdigit() or t[0] == "." or t[0].isalpha():
-            return True
-        return t.startswith("\\") and len(t) > 2 and t not in _ADD and t not in _MUL and t not in _CLOSE
-
-    def argument(self) -> tuple[float, bool]:
-        """A braced group or a single atom (a command's argument, an exponent)."""
-        if self.tok() in _ADD:
-            self.i += 1
-        return self.atom()
-
-    def group(self, opener: str) -> tuple[float, bool]:
-        closer = _OPEN[opener]
-        self.i += 1
-        d, e = self.sequence(stop=closer)
-        if self.tok() == closer:
-            self.i += 1
-        return d, e
-
-    def atom(self) -> tuple[float, bool]:
-        t = self.tok()
-        if t is None:
-            return 0.0, True
-        if t in _OPEN:
-            return self.group(t)
-        if t[0].isdigit() or t[0] == ".":
-            self.i += 1
-            return _number_digits(t), True
-        if not t.startswith("\\"):
-            self.i += 1
-            return (1.0, False) if t.isalpha() else (0.0, True)
-        # a command
-        self.i += 1
-        self.level += 1
-        if self.level > _MAX_RECURSION:
-            raise _TooDeep
-        try:
-            if t in _TEXT:
-                if self.tok() == "{":
-                    self.skip_group()
-                return 0.0, False
-            if t in _TWO_ARGS:
-                a, ea = self.argument()
-                b, eb = self.argument()
-                if t.endswith("binom"):
-                    return self.note(min(_power_digits(_LOG10_2, a), _power_digits(a, b)), ea and eb)
-                return self.note(a + b, ea and eb)
-            if t == "\\sqrt":
-                if self.tok() == "[":
-                    self.group("[")
-                d, e = self.argument()
-                return d / 2, e
-            if t == "\\exp":
-                d, e = self.argument()
-                return self.note(_power_digits(math.log10(math.e), d), e)
-            if self.tok() == "{" or self.tok() == "(":
-                d, _ = self.argument()  # \sin{...}, \ln(...): a function of an argument
-                return d, False
-            return 1.0, False  # \pi, \alpha, \infty, \cdots ...: a symbol
-        finally:
-            self.level -= 1
-
-    def skip_group(self) -> None:
-        depth = 0
-        while (t := self.tok()) is not None:
-            self.i += 1
-            if t == "{":
-                depth += 1
-            elif t == "}":
-                depth -= 1
-                if depth == 0:
-                    return
-
-
-def _number_digits(literal: str) -> float:
-    intpart, _, frac = literal.partition(".")
-    intpart = intpart.lstrip("0")
-    if len(intpart) > 300:
-        return float(len(intpart))
-    value = float((intpart or "0") + "." + (frac or "0"))
-    if value == 0:
-        return 0.0
-    # a decimal like 0.001 is 1/1000 for sympy's exact arithmetic: count its digits as well
-    return abs(math.log10(value)) + (len(frac) if frac else 0)
-
-
-def _power_digits(base: float, exponent: float) -> float:
-    """Digits of a^b given the digits of a and b (upper bound)."""
-    if exponent > 300:
-        return math.inf
-    return (10.0**exponent) * max(base, 0.0)
-
-
-def _factorial_digits(n_digits: float) -> float:
-    """Digits of n! given the digits of n (upper bound: n log10 n)."""
-    if n_digits > 300:
-        return math.inf
-    n = 10.0**n_digits
-    return n * math.log10(n) if n > 1 else 0.0

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from typing import Any
 
 from verifier.harness.codec import encode_message
@@ -95,6 +96,8 @@ def compare_stdout(got: bytes, expected: str) -> tuple[bool, str]:
 # Encoder: JSON values stand for themselves, other values are {"$": tag, "v": ...}).
 
 _NUMBER = (bool, int, float)
+_FRACTION_BITS = 1 << 16  # the largest numerator or denominator compared (gcd is quadratic)
+_DECIMAL_CHARS = 1 << 12  # the longest Decimal text compared
 
 
 def _number(x: Any) -> Any:
@@ -107,6 +110,18 @@ def _number(x: Any) -> Any:
             try:
                 return int(v, 16)  # linear: a power-of-two base
             except ValueError:
+                return None
+        if tag == "fraction" and type(v) is list and len(v) == 2:
+            # The lcb profile's Fraction (codec.Encoder(numbers=True)): == with any number.
+            num, den = _number(v[0]), _number(v[1])
+            if (type(num) is int and type(den) is int and den > 0
+                    and max(abs(num).bit_length(), den.bit_length()) <= _FRACTION_BITS):
+                return Fraction(num, den)
+            return None
+        if tag == "decimal" and type(v) is str and len(v) <= _DECIMAL_CHARS:
+            try:
+                return Decimal(v)  # the lcb profile's Decimal: == with any number
+            except (InvalidOperation, ValueError):
                 return None
         if tag == "complex" and type(v) is list and len(v) == 2:
             re_, im = v
@@ -140,7 +155,10 @@ def _encoded_equal(x: Any, expected: Any, numpy_arrays: bool = False) -> bool:
                 return False
         elif type(exp) in _NUMBER:
             n = _number(got)
-            if n is None or not (n == exp):
+            try:
+                if n is None or not (n == exp):
+                    return False
+            except (InvalidOperation, OverflowError, ValueError):  # sNaN, huge exponents
                 return False
         elif type(exp) is str:
             if type(got) is not str or got != exp:
@@ -310,6 +328,9 @@ def _describe_tagged(x: dict, stack: list, w: _Writer) -> None:
         w.put(f"{tag}({val[: w.left + 1]!r})")
     elif tag == "complex" and type(val) is list and len(val) == 2:
         w.put(f"complex({short(val[0], 20)}, {short(val[1], 20)})")
+    elif tag in ("fraction", "decimal"):
+        num = _number(x)
+        w.put(f"<{tag}>" if num is None else f"{tag}({short(str(num), 40)})")
     elif tag == "np1":
         w.put(f"array([{describe_encoded(val, 40)}])")
     elif tag in ("obj", "ref", "opaque"):

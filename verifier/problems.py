@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generic, Iterator, Literal, Sequence, TypeVar
 
+from verifier.bigint import MAX_INT_DIGITS, json_loads_digits
 from verifier.ground_truth import BadGroundTruth, parse_ground_truth
 from verifier.lcb import (LCB_DATA_SOURCE, LCB_REPORT_WINDOW, LcbQuestion, OversizedTests,
                           in_window, is_lcb_row, parse_lcb_head, parse_lcb_tests)
@@ -130,7 +131,7 @@ def check_code_truth(gt: Any, where: str) -> dict[str, Any]:
     ``"fn_name": ""`` mean stdin/stdout here as well."""
     if isinstance(gt, str):
         try:
-            gt = json.loads(gt)
+            gt = json_loads_digits(gt, MAX_INT_DIGITS)
         except RecursionError:  # json's depth bound; not a ValueError
             raise DataError(f"{where}: code ground truth is not valid JSON: nested too deeply "
                             "to decode") from None
@@ -141,7 +142,9 @@ def check_code_truth(gt: Any, where: str) -> dict[str, Any]:
                         f"{type(gt).__name__}")
     cleaned = {k: v for k, v in gt.items() if v not in (None, "", [], {})}
     try:
-        parse_ground_truth(cleaned)
+        # The judging profile is not known yet (verifier eval picks it per row): integers as
+        # large as any profile allows; the judge applies the item's own (code_score._spec).
+        parse_ground_truth(cleaned, MAX_INT_DIGITS)
     except BadGroundTruth as e:
         raise DataError(f"{where}: bad code ground truth: {e}") from None
     return cleaned

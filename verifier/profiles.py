@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from verifier.bigint import MAX_INT_DIGITS
 from verifier.items import PROFILES
 
 ProfileName = Literal["default", "lcb", "skywork"]
@@ -54,6 +55,11 @@ SKYWORK_ASSERT_PREAMBLE = (
     "from operator import *\nfrom math import *\nimport math\nimport datetime\n"
     "inf = float('inf')\n\n"
 )
+
+
+LCB_OUTPUT_BYTES = 64 * 1024 * 1024
+"""The lcb profile's output cap per test (LiveCodeBench has none; its captured output is bounded
+by the judging process's memory, as the program's is here by its memory limit)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,17 @@ class Profile:
     numpy: bool = False
     """numpy importable by the program (a read-only mount of an environment holding numpy
     alone), and numpy scalars returned compared as the plain numbers they stand for."""
+    harness: Literal["default", "lcb"] = "default"
+    """How stdin/stdout and call-based programs are run: "default", this project's (a fresh
+    ``__main__`` per stdin test, a real stdin and stdout, a new ``Solution`` per call); "lcb",
+    LiveCodeBench's harness semantics (verifier/harness/lcb_runner.py: one process per sample,
+    its stdin mock and stdout capture, stdin programs wrapped as a function, its name-guard
+    rule, its reliability guard, the preamble pasted as text, one ``Solution`` per sample,
+    ``==`` on Fractions, Decimals and deep lists)."""
+    output_bytes: int = 8 * 1024 * 1024
+    """The most stdout (or captured output) one test may produce; more is OUTPUT_LIMIT.
+    LiveCodeBench has no cap: the lcb profile's is large (``LCB_OUTPUT_BYTES``), bounded by the
+    program's memory."""
     code_extraction: Literal["default", "lcb", "skywork"] = "default"
     """"default": the last python/py/python3/untagged fenced block after the last
     ``</think>``; "lcb": the lines between the last two lines that hold a fence, in the whole
@@ -113,6 +130,8 @@ PROFILE_TABLE: dict[str, Profile] = {
         sample_budget="lcb",
         memory_mb=4096,
         numpy=True,
+        harness="lcb",
+        output_bytes=LCB_OUTPUT_BYTES,
         code_extraction="lcb",
     ),
     "skywork": Profile(
@@ -134,6 +153,8 @@ PROFILE_TABLE: dict[str, Profile] = {
     ),
 }
 assert tuple(PROFILE_TABLE) == PROFILES
+
+assert all((p.int_max_str_digits or 0) <= MAX_INT_DIGITS for p in PROFILE_TABLE.values())
 
 
 def get_profile(name: str, default: str = "default") -> Profile:

@@ -1,8 +1,9 @@
 """Files that run INSIDE the sandbox: the judge's harness.
 
-Its source is four modules with one job each: ``codec`` (the plain-data value codec),
+Its source is five modules with one job each: ``codec`` (the plain-data value codec),
 ``framing`` (messages and the authenticated record stream), ``control`` (process control in the
-jail) and ``runners`` (the three test runners and ``main``). ``harness.py`` is generated from them
+jail), ``lcb_runner`` (the lcb profile's LiveCodeBench semantics) and ``runners`` (the three test
+runners and ``main``). ``harness.py`` is generated from them
 (``python -m verifier.harness.build``) and shipped into each sandbox as one file: it is not
 imported there as part of this package. The judge imports ``codec`` and ``framing`` for their
 pure helpers (``encode_message``/``decode_message``, the framing constants).

@@ -23,7 +23,14 @@ class EncodeError(Exception):
 
 
 class Encoder:
-    def __init__(self, known_classes=(), handle=None, seed=()):
+    """``max_depth``: the deepest nesting sent (deeper is EncodeError). ``numbers``: Fraction
+    and Decimal values are sent as data (tags ``fraction``, ``decimal``) for a judge that
+    compares them with ``==`` (the lcb profile); otherwise they are opaque."""
+
+    def __init__(self, known_classes=(), handle=None, seed=(), max_depth=_MAX_DEPTH,
+                 numbers=False):
+        self.max_depth = max_depth
+        self.numbers = numbers
         self.known = set(known_classes)
         self.handle = handle
         self.objs = []
@@ -42,7 +49,7 @@ class Encoder:
         return i
 
     def value(self, v, depth=0):
-        if depth > _MAX_DEPTH:
+        if depth > self.max_depth:
             raise EncodeError("value nested too deeply")
         t = type(v)
         if v is None or t is bool or t is str:
@@ -100,6 +107,15 @@ class Encoder:
                     [self.value(k, depth + 1), self.value(x, depth + 1)] for k, x in dict.items(v)
                 ],
             }
+        if self.numbers and t.__module__ in ("fractions", "decimal", "_pydecimal"):
+            # LiveCodeBench compares a returned Fraction or Decimal with ``==``
+            # (LiveCodeBench/LiveCodeBench at 28fef95, testing_util.py, grade_call_based:
+            # ``prediction == gt_out``): sent as the exact number, compared outside.
+            if t.__name__ == "Fraction":
+                return {"$": "fraction", "v": [self.value(int(v.numerator), depth + 1),
+                                               self.value(int(v.denominator), depth + 1)]}
+            if t.__name__ == "Decimal":
+                return {"$": "decimal", "v": str(v)}
         if t.__name__ == "deque" and t.__module__ == "collections":
             return {"$": "deque", "v": [self.value(x, depth + 1) for x in v]}
         if isinstance(v, list):
@@ -125,8 +141,9 @@ class Encoder:
         return [[name, attrs] for name, attrs, _ in self.objs]
 
 
-def encode_message(value, known_classes=(), handle=None, **extra):
-    enc = Encoder(known_classes, handle)
+def encode_message(value, known_classes=(), handle=None, max_depth=_MAX_DEPTH, numbers=False,
+                   **extra):
+    enc = Encoder(known_classes, handle, max_depth=max_depth, numbers=numbers)
     msg = dict(extra)
     msg["v"] = enc.value(value)
     msg["objs"] = enc.finish()

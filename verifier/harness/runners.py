@@ -43,8 +43,9 @@ What the program controls and what it does not:
   frames or rewrite its process's memory; the "raised" marker of stdin/stdout tests is written
   with references bound before the program started.
 
-The source is four modules: runners.py (the three test runners: stdin/stdout, call-based,
-assert/LeetCode; and ``main``), codec.py, framing.py and control.py. ``harness.py``, the one
+The source is five modules: runners.py (the three test runners: stdin/stdout, call-based,
+assert/LeetCode; and ``main``), codec.py, framing.py, control.py and lcb_runner.py (the lcb
+profile's stdin/stdout and call-based tests, with LiveCodeBench's harness semantics). ``harness.py``, the one
 file shipped into the jail, is generated from them (build.py).
 """
 
@@ -71,6 +72,7 @@ from .control import (
     spawn,
 )
 from .framing import ERR_TAIL, MsgReader, Reporter, json, read_exact, recv_msg, send_msg, write_all
+from .lcb_runner import run_lcb
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1085,6 +1087,13 @@ def main():
     if cfg.get("sys_path"):
         sys.path.append(cfg["sys_path"])  # the profile's extra packages (numpy), read-only
     cfg["_deadline"] = start + cfg["_budget"]
+    if cfg.get("lcb") and cfg["mode"] in ("stdio", "call"):
+        # LiveCodeBench's harness semantics (lcb_runner.py): the program's text is rewritten
+        # and compiled there, as LiveCodeBench does, so it is not compiled as it is here.
+        run_lcb(cfg, rep)
+        kill_all()
+        rep.emit({"type": "done"})
+        return
     try:
         code = compile(cfg["source"], "solution.py", "exec")
         prefix_code = (
