@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-done
 
-.PHONY: setup test demo demo-entropy demo-verifier bench soak protos images engine-stop clean
+.PHONY: setup test demo demo-entropy demo-verifier bench soak protos images engine-stop clean gpu-check
 
 setup: $(STAMP)
 
@@ -31,6 +31,13 @@ bench: setup
 
 soak: setup
 	$(PY) benchmarks/soak.py
+
+# docs/gpu.md. Here (no GPU): the CPU smoke test in the checkout's venv. On a CUDA machine:
+# `make gpu-check WHEELS=DIR` skips `make setup` (no network there) and runs the machine's own
+# python and torch (GPU_PY), installing what is missing from the wheels in DIR, offline.
+GPU_PY ?= python3
+gpu-check: $(if $(WHEELS),,setup)
+	$(if $(WHEELS),$(GPU_PY),$(PY)) scripts/gpu_check.py $(if $(WHEELS),--wheels $(WHEELS)) $(GPU_CHECK_ARGS)
 
 protos: setup
 	bash scripts/gen_protos.sh

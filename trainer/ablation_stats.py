@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from statistics import mean, stdev
 from typing import Literal
 
-from scipy import stats
-
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 Expect = Literal["higher", "lower", "similar"]
 
@@ -94,6 +92,11 @@ def t_interval(diffs: Sequence[float], level: float = LEVEL) -> Interval:
         p_above = 0.0 if m > 0 else (0.5 if m == 0 else 1.0)
         p_below = 0.0 if m < 0 else (0.5 if m == 0 else 1.0)
         return Interval(m, m, m, n, p_above, p_below)
+    # Imported here, not at the top: scipy is needed only to decide ablations, and every
+    # `trainer` command imports this module through the CLI, including `trainer run` on GPU
+    # machines whose images lack scipy (docs/gpu.md).
+    from scipy import stats
+
     half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * se
     t = m / se
     return Interval(m, m - half, m + half, n, float(stats.t.sf(t, n - 1)),
