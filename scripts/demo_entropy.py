@@ -5,8 +5,9 @@ entropy control) and with ``magic.entropy_mode=off``, everything else equal, the
 
 - plots both arms' entropy (10-step trailing mean; mean over seeds, the band spanning them)
   against the target, with the controller's coefficient, into docs/demo/entropy_control.png;
-- prints, per arm, the mean entropy over the window where the controller acts (from the step
-  the adaptive runs first reach the target to the end; the last 40 steps if none does) and its mean shortfall below the target,
+- prints, per arm, the mean entropy over the window where the controller acts (per seed: from
+  the step its adaptive run first reaches the target to the end; its last 40 steps if it never
+  does) and its mean shortfall below the target,
   and the paired difference (adaptive - off, same seed) with its 90% t interval
   (trainer/ablation_stats.py); writes the same to docs/demo/entropy_control.json.
 
@@ -73,25 +74,27 @@ def smoothed(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
 
 def analyse(out: Path, target: float, figure: Path, summary: Path) -> dict:
     rows = {(arm, s): read_metrics(run_dir(out, arm, s)) for arm in ARMS for s in SEEDS}
-    # The window where the controller acts: from the first step at which any adaptive run's
-    # 10-step mean entropy reached the target, to the end.
-    reach = []
+    # Each seed's window is where its controller acts: from the first step at which its
+    # adaptive run's 10-step mean entropy reached the target, to the end; both arms of the seed
+    # are read over it (until then they are the same run). A seed whose adaptive run never
+    # reached the target is read over its last 40 steps (said in the output).
+    starts: dict[int, int] = {}
+    reached: dict[int, bool] = {}
     for s in SEEDS:
         xs, ys = smoothed(rows[("adaptive", s)], "entropy")
-        reach += [x for x, y in zip(xs, ys) if y <= target][:1]
-    # Never reached: the last 40 steps (the controller never acted; said in the output).
-    last = max(r["step"] for rs in rows.values() for r in rs)
-    start = min(reach) if reach else max(1, last - 39)
+        hit = [x for x, y in zip(xs, ys) if y <= target][:1]
+        last = max(r["step"] for r in rows[("adaptive", s)])
+        starts[s], reached[s] = (hit[0], True) if hit else (max(1, last - 39), False)
     per_arm: dict[str, dict[int, dict[str, float]]] = {arm: {} for arm in ARMS}
     for (arm, s), rs in rows.items():
-        window = [r for r in rs if isinstance(r.get("entropy"), float) and r["step"] >= start]
+        window = [r for r in rs if isinstance(r.get("entropy"), float) and r["step"] >= starts[s]]
         ent = [r["entropy"] for r in window]
         per_arm[arm][s] = {
             "entropy": mean(ent) if ent else None,
             "shortfall": mean(max(0.0, target - e) for e in ent) if ent else None,
             "eval/accuracy": next((r["eval/accuracy"] for r in reversed(rs)
                                    if "eval/accuracy" in r), None)}
-    result: dict = {"target": target, "window_start": start, "target_reached": bool(reach),
+    result: dict = {"target": target, "window_start": starts, "target_reached": reached,
                     "seeds": list(SEEDS),
                     "per_seed": per_arm, "paired": {}}
     for key in ("entropy", "shortfall", "eval/accuracy"):
@@ -109,7 +112,6 @@ def analyse(out: Path, target: float, figure: Path, summary: Path) -> dict:
         ax.plot(xs, mid, color=f"C{i}", label=f"{arm} ({len(SEEDS)} seeds)")
         ax.fill_between(xs, lo, hi, color=f"C{i}", alpha=0.2)
     ax.axhline(target, color="k", linestyle="--", linewidth=1, label=f"target {target:g}")
-    ax.axvline(start, color="grey", linestyle=":", linewidth=1)
     ax.set_ylabel("entropy (nats/token, 10-step mean)")
     ax.set_title("demo recipe: adaptive entropy control against none")
     ax.legend(fontsize=8)
@@ -141,9 +143,11 @@ def main(argv: list[str] | None = None) -> int:
             print(j.result(), flush=True)
     result = analyse(args.out, cfg.magic.entropy_target, args.figure,
                      args.figure.with_suffix(".json"))
-    print(f"target {result['target']:g}; window: steps {result['window_start']} to the end "
-          + ("(from the first step an adaptive run reached the target)" if
-             result["target_reached"] else "(the target was never reached: the last 40 steps)"))
+    print(f"target {result['target']:g}; each seed read from the step its adaptive run reached "
+          "the target (else its last 40 steps) to the end: " + ", ".join(
+              f"seed {s} from step {w}" + ("" if result["target_reached"][s] else
+                                           " (never reached)")
+              for s, w in result["window_start"].items()))
     for arm, seeds in result["per_seed"].items():
         print(f"  {arm:9s} entropy " + "  ".join(
             f"s{s} {fmt(v['entropy'])} (shortfall {fmt(v['shortfall'])}, held-out "

@@ -25,13 +25,14 @@ def test_the_controller_holding_its_target_is_reproduced(tmp_path) -> None:
     steps = 60
     for seed in de.SEEDS:
         falling = [0.10 - 0.0008 * s + 0.0005 * seed for s in range(steps)]  # to ~0.053
-        held = [max(0.08 + 0.0003 * seed, x) for x in falling]  # stops at the target
+        held = [max(0.08 - 0.0003 * seed, x) for x in falling]  # stops at the target
         write_run(tmp_path, "off", seed, falling)
         write_run(tmp_path, "adaptive", seed, held)
     fig = tmp_path / "fig.png"
     result = de.analyse(tmp_path, 0.08, fig, tmp_path / "fig.json")
-    # the smoothed (10-step) entropy of the first adaptive run reaches 0.08 near step 30
-    assert result["target_reached"] and 25 <= result["window_start"] <= 40
+    # each adaptive run's smoothed (10-step) entropy reaches 0.08 near step 30
+    assert all(result["target_reached"].values())
+    assert all(25 <= w <= 40 for w in result["window_start"].values())
     assert result["paired"]["entropy"]["verdict"] == REPRODUCED
     assert result["paired"]["entropy"]["ci90"][0] > 0
     assert result["paired"]["shortfall"]["verdict"] == REPRODUCED  # adaptive: less shortfall
@@ -45,5 +46,6 @@ def test_a_target_never_reached_reads_the_last_40_steps(tmp_path) -> None:
         for arm in de.ARMS:
             write_run(tmp_path, arm, seed, [0.2 + 0.001 * seed] * 50)
     result = de.analyse(tmp_path, 0.08, tmp_path / "f.png", tmp_path / "f.json")
-    assert not result["target_reached"] and result["window_start"] == 11
+    assert not any(result["target_reached"].values())
+    assert set(result["window_start"].values()) == {11}
     assert result["paired"]["entropy"]["verdict"] == INCONCLUSIVE
