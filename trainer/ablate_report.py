@@ -212,7 +212,9 @@ def report_markdown(summary: dict[str, Any], ablation: Ablation, setup: dict[str
                      f"{pm('eval/accuracy_auc', True)} | {pm('entropy')} | "
                      f"{fmt(f.get('response_length/mean'))} | {pm('truncated/frac', True)} | "
                      f"{fmt(f.get('tokens'))} | {v['seconds']:.0f} s | {status} |")
-    lines += ["", "## Checks", "", ("| role | check | mean difference | 90% interval | pairs | "
+    lines += ["", "## Checks", "", ("The interval is the 90% one, except for a secondary check tested at "
+              "its Holm level: then that level's wider interval (named in 'why')."), "",
+              ("| role | check | mean difference | interval | pairs | "
               "verdict | why | seeds left out |"), "|---|---|---|---|---|---|---|---|"]
     for c in summary["checks"]:
         dropped = "; ".join(f"seed {k}: {why}" for k, why in c["dropped"].items()) or "-"
