@@ -161,28 +161,14 @@ class Context:
         if self._bench is None:
             import torch
 
-            from trainer.tiny import build_model, build_tokenizer, save_tiny
+            from trainer.tiny import save_tiny
 
             shape = dict(self.sizes.model or {})
-            if "vocab_size" not in shape:
-                self._bench = save_tiny(self.work / "bench", **shape)
-            else:
-                path = self.work / "bench"
-                tok = build_tokenizer()
-                vocab = shape.pop("vocab_size")
-                model = build_model(vocab, eos_token_id=tok.eos_token_id,
-                                    pad_token_id=tok.pad_token_id, **shape)
-                model.generation_config.eos_token_id = tok.eos_token_id
-                # stored in bf16 (half the bytes to write and read); the backends load float32
-                model.to(torch.bfloat16).save_pretrained(path, safe_serialization=True)
-                tok.save_pretrained(path)
-                cfg = path / "tokenizer_config.json"
-                data = json.loads(cfg.read_text())
-                data["tokenizer_class"] = "PreTrainedTokenizerFast"
-                cfg.write_text(json.dumps(data, indent=2))
-                del model
-                gc.collect()
-                self._bench = path
+            vocab = shape.pop("vocab_size", None)
+            # a real vocabulary's output layer, stored in bf16 (half the bytes to write and
+            # read; the backends load float32)
+            self._bench = save_tiny(self.work / "bench", vocab_size=vocab,
+                                    save_dtype=torch.bfloat16 if vocab else None, **shape)
         return self._bench
 
 

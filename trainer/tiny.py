@@ -79,17 +79,23 @@ def build_model(vocab_size: int, *, hidden_size: int = 64, layers: int = 2, head
     return Qwen2ForCausalLM(config)
 
 
-def save_tiny(path: str | Path, digits_per_token: int = 3, **model_kwargs) -> Path:
-    """Build the tokenizer and a tiny model and save both to ``path`` (HF format)."""
+def save_tiny(path: str | Path, digits_per_token: int = 3, vocab_size: int | None = None,
+              save_dtype: torch.dtype | None = None, **model_kwargs) -> Path:
+    """Build the tokenizer and a tiny model and save both to ``path`` (HF format).
+    ``vocab_size``: the model's vocabulary (default: the tokenizer's; a larger one gives a
+    realistically shaped output layer whose extra ids decode to nothing); ``save_dtype``: the
+    dtype the weights are stored in (default float32)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(digits_per_token)
     model = build_model(
-        len(tokenizer), eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-        **model_kwargs,
+        vocab_size or len(tokenizer), eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, **model_kwargs,
     )
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if save_dtype is not None:
+        model.to(save_dtype)
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
     # Declare the generic class: AutoTokenizer would otherwise rebuild a Qwen2 tokenizer from
