@@ -394,7 +394,7 @@ def test_bad_inputs_are_rejected(model_dir, data):
     with pytest.raises(ValueError, match="advantages must be"):
         backend.update(batch, offset, adv[:-1], whole(batch), LossSettings())
     with pytest.raises(ValueError, match="row indices"):
-        backend.update(batch, offset, adv, UpdatePlan([torch.tensor([0, 99])]), LossSettings())
+        backend.update(batch, offset, adv, UpdatePlan([torch.tensor([0, 99])], 4), LossSettings())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -459,7 +459,7 @@ def test_kl_without_a_reference_is_a_clear_error(model_dir, data):
 
 
 def test_reference_memory_is_stated_and_counted_from_the_headers(model_dir):
-    from trainer.backends.reference import (ZERO3_PERSISTENCE_THRESHOLD, reference_memory,
+    from trainer.backends.reference_memory import (ZERO3_PERSISTENCE_THRESHOLD, reference_memory,
                                             tensor_sizes)
 
     sizes = tensor_sizes(model_dir)

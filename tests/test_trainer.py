@@ -137,6 +137,37 @@ def test_tokenizer_without_chat_template_is_a_clear_error(data, tmp_path) -> Non
         Trainer(run_cfg)
 
 
+def test_long_prompts_are_dropped_before_training_or_refused_for_evaluation(data, tmp_path,
+                                                                          caplog) -> None:
+    """magic.max_prompt_length: a training prompt over it leaves the training set when the run
+    starts (counted in the log), never mid-run; a held-out prompt over it is an error naming
+    the problem, before any model loads."""
+    from trainer.loop import Trainer
+
+    train = tmp_path / "train.jsonl"
+    rows = [{"id": "short", "prompt": "Compute max(1, 2).", "domain": "math",
+             "ground_truth": "2"},
+            {"id": "long", "prompt": "Compute max(1, 2). " * 40, "domain": "math",
+             "ground_truth": "2"}]
+    train.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = demo_config(data, tmp_path, eval__every_steps=0, data__eval_files="[]",
+                      data__train_files=f"[{train}]", magic__max_prompt_length=64)
+    trainer = Trainer(cfg)
+    try:
+        assert [p.id for p in trainer.train] == ["short"] and trainer.dropped_long_prompts == 1
+        assert "dropped 1 of 2 training problems" in caplog.text and "long" in caplog.text
+    finally:
+        trainer.close()
+    cfg = demo_config(data, tmp_path, data__eval_files=f"[{train}]",
+                      magic__max_prompt_length=64)
+    with pytest.raises(ValueError, match="problem long .*over magic.max_prompt_length=64"):
+        Trainer(cfg)
+    cfg = demo_config(data, tmp_path, eval__every_steps=0, data__eval_files="[]",
+                      data__train_files=f"[{train}]", magic__max_prompt_length=4)
+    with pytest.raises(ValueError, match="every training prompt is over"):
+        Trainer(cfg)
+
+
 def test_unreachable_verifier_fails_before_models_load(data, tmp_path) -> None:
     from trainer.loop import Trainer
 

@@ -160,7 +160,7 @@ def test_filter_keeps_exactly_the_problems_solved_1_to_15_of_16(client, tmp_path
     src = tmp_path / "train.parquet"
     pq.write_table(pa.Table.from_pylist(_verl_rows()), src)
     opts = FilterOptions(input=src, output=tmp_path / "scored.parquet", k=K, batch_size=5,
-                         model_id="/models/My-Base-7B")
+                         model="/models/My-Base-7B")
     engine = FakeEngine(_i_of_k, chunk_size=3)
     report = run_filter(opts, engine, client, _prompt)
     assert [s for _, s in engine.calls] == [0, 1, 2, 3]  # batch b samples with seed + b
@@ -189,7 +189,7 @@ def test_filter_resumes_after_an_interruption(client, tmp_path) -> None:
 
     def opts(out: str, **kw) -> FilterOptions:
         return FilterOptions(input=src, output=tmp_path / out, k=K, batch_size=4,
-                             skip_invalid=True, model_id="m", **kw)
+                             skip_invalid=True, model="m", **kw)
 
     full = run_filter(opts("full.jsonl"), FakeEngine(_i_of_k), client, _prompt)
     assert full.batches_run == [0, 1, 2, 3, 4] and full.skipped_invalid == 1
@@ -219,7 +219,7 @@ def test_filter_resumes_after_an_interruption(client, tmp_path) -> None:
     assert narrow.kept == 3 and nothing.calls == []
     with pytest.raises(FilterError, match="other settings.*'k': \\(16, 8\\)"):
         run_filter(FilterOptions(input=src, output=tmp_path / "cut.jsonl", k=8, hi=7, batch_size=4,
-                                 skip_invalid=True, model_id="m"), nothing, client, _prompt)
+                                 skip_invalid=True, model="m"), nothing, client, _prompt)
 
 
 def test_filter_stops_on_responses_that_cannot_be_judged(client, tmp_path) -> None:

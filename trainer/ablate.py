@@ -38,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from trainer import metric_names as mn
 from trainer.ablate_report import DONE, build_summary, fmt, report_markdown, write_plots
 from trainer.ablations import ABLATIONS, PROFILES, Ablation, Variant
 from trainer.config import RunConfig, load_config
@@ -103,8 +104,8 @@ def list_text() -> str:
 
 def run_finished(rows: Sequence[dict], total_steps: int, with_eval: bool) -> bool:
     """A run directory's metrics reach ``total_steps`` (and its final evaluation)."""
-    last = [r for r in rows if r.get("step") == total_steps and "reward/mean" in r]
-    return bool(last) and (not with_eval or "eval/accuracy" in last[-1])
+    last = [r for r in rows if r.get(mn.STEP) == total_steps and mn.REWARD_MEAN in r]
+    return bool(last) and (not with_eval or mn.EVAL_ACCURACY in last[-1])
 
 
 def _overrides_text(overrides: dict[str, str]) -> list[str]:

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from trainer import metric_names as mn
 from trainer.ablation_stats import (
     INCONCLUSIVE,
     LEVEL,
@@ -229,10 +230,10 @@ def report_markdown(summary: dict[str, Any], ablation: Ablation, setup: dict[str
     return "\n".join(lines) + "\n"
 
 
-PLOTS = (("entropy", "entropy (nats per token, 10-step mean)", "entropy.png", True),
-         ("eval/accuracy", "held-out accuracy", "accuracy.png", False),
-         ("response_length/mean", "response length (tokens, 10-step mean)", "length.png", True),
-         ("truncated/frac", "truncated fraction (10-step mean)", "truncated.png", True))
+PLOTS = ((mn.ENTROPY, "entropy (nats per token, 10-step mean)", "entropy.png", True),
+         (mn.EVAL_ACCURACY, "held-out accuracy", "accuracy.png", False),
+         (mn.RESPONSE_LENGTH_MEAN, "response length (tokens, 10-step mean)", "length.png", True),
+         (mn.TRUNCATED_FRAC, "truncated fraction (10-step mean)", "truncated.png", True))
 
 
 def band(per_seed: Sequence[tuple[list[int], list[float]]]) -> tuple[list[int], list[float],

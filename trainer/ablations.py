@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any
 
+from trainer import metric_names as mn
 from trainer.ablation_stats import Expect
 
 WINDOW = 10
@@ -30,9 +31,9 @@ WINDOWS = ("final", "stage1", "stage1_end", "run")
 the first stage; its last WINDOW steps; every step. A metric key ``KEY@WINDOW`` (``KEY`` alone:
 final)."""
 
-PER_STEP = ("entropy", "entropy/rollout", "response_length/mean", "truncated/frac",
-            "reward/mean", "reward/non_truncated", "losses/kl", "losses/clipfrac_high",
-            "entropy/coef", "entropy/gap")
+PER_STEP = (mn.ENTROPY, mn.ENTROPY_ROLLOUT, mn.RESPONSE_LENGTH_MEAN, mn.TRUNCATED_FRAC,
+            mn.REWARD_MEAN, mn.REWARD_NON_TRUNCATED, mn.LOSS_KL, mn.LOSS_CLIPFRAC_HIGH,
+            mn.ENTROPY_COEF, mn.ENTROPY_GAP)
 """The per-step numbers :func:`run_numbers` averages over each window."""
 
 
@@ -48,16 +49,16 @@ def _derived(row: dict, entropy_target: float | None) -> dict:
     reward/mean / (1 - truncated/frac): exact when a truncated response earns 0, as every cut
     toy-world response does: it has no answer) and ``entropy/gap`` (|entropy - target|)."""
     out = dict(row)
-    r, t = row.get("reward/mean"), row.get("truncated/frac")
+    r, t = row.get(mn.REWARD_MEAN), row.get(mn.TRUNCATED_FRAC)
     if _finite(r) and _finite(t) and t < 1.0:
-        out["reward/non_truncated"] = r / (1.0 - t)
-    if entropy_target is not None and _finite(row.get("entropy")):
-        out["entropy/gap"] = abs(row["entropy"] - entropy_target)
+        out[mn.REWARD_NON_TRUNCATED] = r / (1.0 - t)
+    if entropy_target is not None and _finite(row.get(mn.ENTROPY)):
+        out[mn.ENTROPY_GAP] = abs(row[mn.ENTROPY] - entropy_target)
     return out
 
 
 def _window_rows(steps: list[dict], window: str, size: int) -> list[dict]:
-    first = [r for r in steps if r.get("stage", 0) == steps[0].get("stage", 0)] if steps else []
+    first = [r for r in steps if r.get(mn.STAGE, 0) == steps[0].get(mn.STAGE, 0)] if steps else []
     return {"final": steps[-size:], "run": steps, "stage1": first,
             "stage1_end": first[-size:]}[window]
 
@@ -79,8 +80,8 @@ def run_numbers(rows: Sequence[dict], entropy_target: float | None = None,
       response_length/mean x rollout/responses); ``tokens@stage1``: the same over stage 1;
     - ``steps``: the last step.
     """
-    steps = [_derived(r, entropy_target) for r in rows if "reward/mean" in r]
-    evals = [r for r in rows if _finite(r.get("eval/accuracy"))]
+    steps = [_derived(r, entropy_target) for r in rows if mn.REWARD_MEAN in r]
+    evals = [r for r in rows if _finite(r.get(mn.EVAL_ACCURACY))]
     out: dict[str, float | None] = {}
     for w in WINDOWS:
         part = _window_rows(steps, w, window)
@@ -88,22 +89,22 @@ def run_numbers(rows: Sequence[dict], entropy_target: float | None = None,
             vals = [r[key] for r in part if _finite(r.get(key))]
             out[key if w == "final" else f"{key}@{w}"] = mean(vals) if vals else None
         if w in ("run", "stage1"):
-            name = "tokens" if w == "run" else "tokens@stage1"
-            out[name] = float(sum(r["response_length/mean"] * r.get("rollout/responses", 0)
-                                  for r in part if _finite(r.get("response_length/mean"))))
-    out["eval/accuracy"] = evals[-1]["eval/accuracy"] if evals else None
-    out["eval/accuracy_best"] = max(r["eval/accuracy"] for r in evals) if evals else None
-    later = [r["eval/accuracy"] for r in evals if r.get("step", 0) > 0]
-    out["eval/accuracy_auc"] = mean(later) if later else None
-    last_stage = steps[-1].get("stage", 0) if steps else 0
-    first_stage = steps[0].get("stage", 0) if steps else 0
-    before = [r for r in evals if r.get("stage", 0) < last_stage]
-    out["eval/last_stage_gain"] = (out["eval/accuracy"] - before[-1]["eval/accuracy"]
-                                   if before and out["eval/accuracy"] is not None else None)
-    in_first = [r for r in evals if r.get("stage", 0) == first_stage]
-    out["eval/accuracy@stage1"] = (in_first[-1]["eval/accuracy"]
-                                   if in_first and last_stage != first_stage else None)
-    out["steps"] = steps[-1]["step"] if steps else 0
+            name = mn.TOKENS if w == "run" else f"{mn.TOKENS}@stage1"
+            out[name] = float(sum(r[mn.RESPONSE_LENGTH_MEAN] * r.get(mn.ROLLOUT_RESPONSES, 0)
+                                  for r in part if _finite(r.get(mn.RESPONSE_LENGTH_MEAN))))
+    out[mn.EVAL_ACCURACY] = evals[-1][mn.EVAL_ACCURACY] if evals else None
+    out[mn.EVAL_ACCURACY_BEST] = max(r[mn.EVAL_ACCURACY] for r in evals) if evals else None
+    later = [r[mn.EVAL_ACCURACY] for r in evals if r.get(mn.STEP, 0) > 0]
+    out[mn.EVAL_ACCURACY_AUC] = mean(later) if later else None
+    last_stage = steps[-1].get(mn.STAGE, 0) if steps else 0
+    first_stage = steps[0].get(mn.STAGE, 0) if steps else 0
+    before = [r for r in evals if r.get(mn.STAGE, 0) < last_stage]
+    out[mn.EVAL_LAST_STAGE_GAIN] = (out[mn.EVAL_ACCURACY] - before[-1][mn.EVAL_ACCURACY]
+                                    if before and out[mn.EVAL_ACCURACY] is not None else None)
+    in_first = [r for r in evals if r.get(mn.STAGE, 0) == first_stage]
+    out[f"{mn.EVAL_ACCURACY}@stage1"] = (in_first[-1][mn.EVAL_ACCURACY]
+                                           if in_first and last_stage != first_stage else None)
+    out["steps"] = steps[-1][mn.STEP] if steps else 0
     return out
 
 
@@ -231,12 +232,12 @@ def _off_policy() -> Ablation:
         Variant("nsgd4-reuse", {"magic.n_reuse": "4"}, ("4", "D", "D", "4"), full_only=True),
     )
     checks = (Check("entropy@stage1_end", "on-policy", "nsgd4-mb", "lower", primary=True),
-              Check("eval/accuracy", "on-policy", "nsgd4-mb", "lower"),
+              Check(mn.EVAL_ACCURACY, "on-policy", "nsgd4-mb", "lower"),
               Check("entropy@stage1_end", "on-policy", "nsgd4-reuse", "lower"),
-              Check("eval/accuracy", "on-policy", "nsgd4-reuse", "lower"),
+              Check(mn.EVAL_ACCURACY, "on-policy", "nsgd4-reuse", "lower"),
               *(c for v in ("nsgd2-mb", "nsgd2-reuse") for c in (
                   Check("entropy@stage1_end", "on-policy", v, "lower"),
-                  Check("eval/accuracy", "on-policy", v, "lower"))))
+                  Check(mn.EVAL_ACCURACY, "on-policy", v, "lower"))))
     return Ablation(
         "off-policy",
         "More SGD steps per rollout batch (N_SGD in {2, 4}, by smaller mini-batches or by "
@@ -263,10 +264,10 @@ def _entropy_control() -> Ablation:
          Variant("off", {"magic.entropy_mode": "off"}),
          Variant("fixed", {"magic.entropy_mode": "fixed", "magic.entropy_coef_init": "0.005"},
                  optional=True)),
-        (Check("entropy", "adaptive", "off", "lower", primary=True),
+        (Check(mn.ENTROPY, "adaptive", "off", "lower", primary=True),
          Check("entropy@run", "adaptive", "off", "lower"),
-         Check("eval/accuracy_auc", "adaptive", "off", "lower"),
-         Check("entropy/gap", "adaptive", "fixed", "higher")),
+         Check(mn.EVAL_ACCURACY_AUC, "adaptive", "off", "lower"),
+         Check(mn.ENTROPY_GAP, "adaptive", "fixed", "higher")),
         setup=dict(OFF_POLICY_4),
         notes="(N_SGD, D_R, D_T, N_reuse) = (4, 16, 4, 1), the report's setting for this "
               "ablation. The controller is the demo's: target 0.08 nats per token (the policy "
@@ -289,10 +290,10 @@ def _clip_higher() -> Ablation:
         "(Skywork-OR1 §4.5, Ablation 10, Fig. 22).",
         variants,
         (Check("entropy@run", "clip0.2", "clip0.265", "higher", primary=True),
-         Check("eval/accuracy_auc", "clip0.2", "clip0.265", "higher"),
+         Check(mn.EVAL_ACCURACY_AUC, "clip0.2", "clip0.265", "higher"),
          Check("entropy@run", "clip0.2", "clip0.28", "higher"),
          Check("entropy@run", "clip0.2", "clip0.25", "higher"),
-         Check("eval/accuracy_auc", "clip0.2", "clip0.25", "higher")),
+         Check(mn.EVAL_ACCURACY_AUC, "clip0.2", "clip0.25", "higher")),
         setup={**NO_ENTROPY, **OFF_POLICY_4},
         notes="All arms update off-policy, (4, 16, 4, 1): on-policy (N_SGD = 1) the importance "
               "ratio is exactly 1 at a batch's only optimizer step, so no clip ever acts. "
@@ -309,9 +310,9 @@ ABLATIONS: dict[str, Ablation] = {a.name: a for a in (
         "Table 3; AIME25 avg@8 evaluated at 0.6 for both).",
         (Variant("t0.6", {"magic.temperature": "0.6"}),
          Variant("t1.0", {"magic.temperature": "1.0"})),
-        (Check("eval/accuracy_auc", "t0.6", "t1.0", "higher", primary=True),
-         Check("entropy/rollout@run", "t0.6", "t1.0", "higher"),
-         Check("eval/accuracy", "t0.6", "t1.0", "higher")),
+        (Check(mn.EVAL_ACCURACY_AUC, "t0.6", "t1.0", "higher", primary=True),
+         Check(f"{mn.ENTROPY_ROLLOUT}@run", "t0.6", "t1.0", "higher"),
+         Check(mn.EVAL_ACCURACY, "t0.6", "t1.0", "higher")),
         setup=dict(NO_ENTROPY),
         notes=_NO_ENTROPY_NOTE + " Held-out accuracy is sampled at 0.6 for both; the primary "
               "check is its mean over the evaluations ('learns more slowly'). The entropy is "
@@ -327,9 +328,9 @@ ABLATIONS: dict[str, Ablation] = {a.name: a for a in (
         (Variant("beta0", {"magic.kl_coef": "0", "magic.log_kl": "true"}),
          Variant("beta0.001", {"magic.kl_coef": "0.001"}),
          Variant("beta0.01", {"magic.kl_coef": "0.01"}, optional=True)),
-        (Check("eval/last_stage_gain", "beta0", "beta0.001", "lower", primary=True),
-         Check("losses/kl@run", "beta0", "beta0.001", "lower"),
-         Check("eval/last_stage_gain", "beta0", "beta0.01", "lower")),
+        (Check(mn.EVAL_LAST_STAGE_GAIN, "beta0", "beta0.001", "lower", primary=True),
+         Check(f"{mn.LOSS_KL}@run", "beta0", "beta0.001", "lower"),
+         Check(mn.EVAL_LAST_STAGE_GAIN, "beta0", "beta0.01", "lower")),
         notes="The reference is the warm-started policy; k3 estimator; beta0 keeps the "
               "reference only to log losses/kl. The beta applies to both stages (the report's "
               "stage 1 always had 1e-3).",
@@ -350,12 +351,12 @@ ABLATIONS: dict[str, Ablation] = {a.name: a for a in (
         (Variant("none", {"magic.mask_mode": "none"}),
          Variant("before", {"magic.mask_mode": "before"}),
          Variant("after", {"magic.mask_mode": "after"}, full_only=True)),
-        (Check("truncated/frac@stage1", "none", "before", "higher", primary=True),
-         Check("reward/non_truncated@stage1", "none", "before", "higher"),
-         Check("reward/mean@stage1", "none", "before", "lower"),
-         Check("eval/accuracy", "none", "before", "similar", margin=0.05),
-         Check("truncated/frac@stage1", "none", "after", "higher"),
-         Check("eval/accuracy", "none", "after", "similar", margin=0.05)),
+        (Check(f"{mn.TRUNCATED_FRAC}@stage1", "none", "before", "higher", primary=True),
+         Check(f"{mn.REWARD_NON_TRUNCATED}@stage1", "none", "before", "higher"),
+         Check(f"{mn.REWARD_MEAN}@stage1", "none", "before", "lower"),
+         Check(mn.EVAL_ACCURACY, "none", "before", "similar", margin=0.05),
+         Check(f"{mn.TRUNCATED_FRAC}@stage1", "none", "after", "higher"),
+         Check(mn.EVAL_ACCURACY, "none", "after", "similar", margin=0.05)),
         notes="Stage 1 is the 48-token stage, where responses are cut; at 88 tokens almost "
               "none are. Accuracy on non-truncated responses is the training reward divided by "
               "the non-truncated share. Held-out accuracy is evaluated at 88 tokens (the "
@@ -369,9 +370,9 @@ ABLATIONS: dict[str, Ablation] = {a.name: a for a in (
         (Variant("g4", {"magic.group_size": "4"}),
          Variant("g8", {"magic.group_size": "8"}),
          Variant("g16", {"magic.group_size": "16"}, optional=True)),
-        (Check("eval/accuracy_auc", "g4", "g8", "higher", primary=True),
-         Check("eval/accuracy", "g4", "g8", "higher"),
-         Check("eval/accuracy_auc", "g8", "g16", "higher")),
+        (Check(mn.EVAL_ACCURACY_AUC, "g4", "g8", "higher", primary=True),
+         Check(mn.EVAL_ACCURACY, "g4", "g8", "higher"),
+         Check(mn.EVAL_ACCURACY_AUC, "g8", "g16", "higher")),
         notes="Equal steps, not equal compute (the report gives the larger group more GPUs). "
               "g16 is optional (--variants): it costs twice g8."),
     Ablation(
@@ -382,9 +383,9 @@ ABLATIONS: dict[str, Ablation] = {a.name: a for a in (
         (Variant("b8", {"magic.prompts_per_step": "8"}),
          Variant("b16", {"magic.prompts_per_step": "16"}),
          Variant("b32", {"magic.prompts_per_step": "32"}, optional=True)),
-        (Check("eval/accuracy_auc", "b8", "b16", "higher", primary=True),
-         Check("eval/accuracy", "b8", "b16", "higher"),
-         Check("eval/accuracy_auc", "b16", "b32", "higher")),
+        (Check(mn.EVAL_ACCURACY_AUC, "b8", "b16", "higher", primary=True),
+         Check(mn.EVAL_ACCURACY, "b8", "b16", "higher"),
+         Check(mn.EVAL_ACCURACY_AUC, "b16", "b32", "higher")),
         notes="On-policy (D_T = D_R); equal steps, not equal compute. b32 is optional "
               "(--variants): it costs twice b16."),
     Ablation(
@@ -394,8 +395,8 @@ ABLATIONS: dict[str, Ablation] = {a.name: a for a in (
         "§3.2.2, Fig. 5a, Table 1).",
         (Variant("one-stage", {"magic.stages": ONE_STAGE}),
          Variant("staged", {})),
-        (Check("eval/accuracy", "one-stage", "staged", "similar", margin=0.05, primary=True),
-         Check("tokens", "one-stage", "staged", "lower")),
+        (Check(mn.EVAL_ACCURACY, "one-stage", "staged", "similar", margin=0.05, primary=True),
+         Check(mn.TOKENS, "one-stage", "staged", "lower")),
         notes="'staged' is the profile's schedule (48 tokens, then 88); 'one-stage' runs all "
               "steps at 88. Similar: within 5 points of held-out accuracy; tokens are the "
               "training response tokens of the whole run."),

@@ -1,4 +1,5 @@
-"""What every config dataclass shares: how a field is documented and how a key is checked.
+"""What every config dataclass shares: how a field is documented, how a key is checked and how
+one is built from plain data.
 
 A field is documented one way: the attribute docstring under it. tyro shows these docstrings as
 flag help (``verifier --help``, ``trainer eval --help``); :func:`field_docs` reads the same
@@ -63,3 +64,16 @@ def check_keys(kind: str, data: Any, known: Iterable[str]) -> None:
         hints.append(f"{key!r} (did you mean {near!r}?)" if near else repr(key))
     raise ValueError(f"unknown {kind} key{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; "
                      f"valid keys: {', '.join(known)}")
+
+
+def is_int(value: object) -> bool:
+    """An int that is not a bool (YAML's ``true`` is not a count)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def construct(cls: Any, kind: str, data: Mapping[str, Any]) -> Any:
+    """``cls(**data)``; a missing required key is a ValueError naming ``kind`` and the data."""
+    try:
+        return cls(**dict(data))
+    except TypeError as exc:  # a missing required key
+        raise ValueError(f"{kind} {dict(data)!r}: {exc}") from None

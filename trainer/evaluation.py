@@ -24,8 +24,11 @@ import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Annotated, Any, Callable, Literal, Sequence
 
+import tyro
+
+from trainer import metric_names as mn
 from trainer.data import (
     DEFAULT_SUFFIX,
     LCB_REPORT_WINDOW,
@@ -35,7 +38,13 @@ from trainer.data import (
     default_lcb_style,
     load_dataset,
 )
-from trainer.engines import EngineConfig, check_model_path, check_sampling_params, create_engine
+from trainer.engines import (
+    EngineConfig,
+    check_model_path,
+    check_sampling_params,
+    create_engine,
+    standalone_engine,
+)
 from trainer.hf_utils import load_tokenizer, problem_prompt_ids
 from trainer.interfaces import Completion, RolloutEngine, SamplingParams
 from trainer.verifier_bridge import RewardError, RewardStream, verifier_connection
@@ -159,8 +168,8 @@ def trainer_metrics(summary: dict[str, Any]) -> dict[str, float]:
     k = summary["k"]
     out: dict[str, float] = {}
     for src, s in summary["by_source"].items():
-        out[f"eval/{EVAL_SOURCE if src == NO_SOURCE else src}/avg@{k}"] = s["avg@k"]
-    out["eval/accuracy"] = summary["avg@k"]
+        out[mn.eval_avg_at_k(EVAL_SOURCE if src == NO_SOURCE else src, k)] = s["avg@k"]
+    out[mn.EVAL_ACCURACY] = summary["avg@k"]
     return out
 
 
@@ -237,36 +246,63 @@ def dataset_name(dataset: str) -> str:
 
 @dataclass
 class EvalOptions:
-    """``trainer eval``: generate k samples per problem and report avg@k / pass@k."""
+    """Generate k samples per problem and report avg@k / pass@k (the report's table)."""
 
     model: str
+    """Local Hugging Face checkpoint directory."""
     dataset: str
-    output_dir: Path | None = None
-    """Default: runs/eval/<model dir name>-<dataset>."""
-    lcb_files: list[str] = field(default_factory=list)
-    lcb_window: tuple[str | None, str | None] | None = LCB_REPORT_WINDOW
-    lcb_style: str = "auto"
-    """LiveCodeBench's prompt template: "generic", "deepseek-r1", or "auto" (LiveCodeBench's
-    choice for the model: DeepSeekR1 for DeepSeek-R1-Distill models, else generic)."""
+    """aime24 | aime25 (datasets/eval/*.parquet) | lcb (needs --lcb-file) | a JSONL or parquet
+    file in any loader format."""
+    lcb_files: Annotated[list[str], tyro.conf.arg(name="lcb_file")] = field(default_factory=list)
+    """Local LiveCodeBench code_generation_lite release JSONL files."""
+    lcb_start: str = LCB_REPORT_WINDOW[0]
+    """First contest_date kept (inclusive; the report's window)."""
+    lcb_end: str = LCB_REPORT_WINDOW[1]
+    """Last contest_date kept (inclusive)."""
+    lcb_all_dates: bool = False
+    """No contest-date window."""
+    lcb_style: Literal["auto", "generic", "deepseek-r1"] = "auto"
+    """LiveCodeBench prompt template; auto: LiveCodeBench's choice for the model (deepseek-r1
+    for DeepSeek-R1-Distill models, else generic)."""
     k: int | None = None
+    """Samples per problem (avg@k); default: the report's, 32 for AIME and math files, 4 for
+    LiveCodeBench and files with code."""
     temperature: float = 0.6
+    """Sampling temperature (the report's 0.6 for the 7B model)."""
     top_p: float = 1.0
+    """Nucleus sampling mass."""
     top_k: int = -1
+    """Top-k sampling (-1: off)."""
     max_tokens: int = 32768
+    """Response limit, tokens."""
     seed: int = 0
-    tokenizer: str | None = None
-    instruction_suffix: str | None = None
-    """None: the report's math suffix (trainer.data.DEFAULT_SUFFIX)."""
+    """Sampling seed."""
+    output_dir: Path | None = None
+    """Where generations.jsonl, results.jsonl and summary.json go (default:
+    runs/eval/<model>-<dataset>)."""
+    instruction_suffix: str = DEFAULT_SUFFIX
+    """Appended to math prompts (the report's; '' for none)."""
     limit: int | None = None
-    """Evaluate the first N problems only."""
+    """First N problems only."""
     skip_invalid: bool = False
+    """Skip malformed rows (counted) instead of failing."""
     allow_errors: bool = False
-    verifier_addr: str | None = None
-    verifier_workers: int = 2
+    """Count responses the verifier could not judge as incorrect."""
     timeout_s: float = 3600.0
-    """Longest wait for the verdicts after generation ends, seconds."""
-    engine: Any = None
-    """trainer.engines.EngineConfig (None: the HF engine's defaults)."""
+    """Longest wait for verdicts after generation ends, seconds."""
+    tokenizer: str | None = None
+    """Tokenizer directory (default: --model)."""
+    verifier_addr: str | None = None
+    """HOST:PORT[,HOST:PORT...] of a verifier; default: start a local one."""
+    verifier_workers: int = 2
+    """Workers of the local verifier (without --verifier-addr)."""
+    engine: EngineConfig = field(default_factory=standalone_engine)
+    """The rollout engine (hf: Hugging Face generate, CPU and small models; vllm: production)."""
+
+    @property
+    def lcb_window(self) -> tuple[str, str] | None:
+        """The contest-date window of LiveCodeBench problems (None: every date)."""
+        return None if self.lcb_all_dates else (self.lcb_start, self.lcb_end)
 
 
 def default_output_dir(opts: EvalOptions) -> Path:
@@ -279,7 +315,7 @@ def run_eval(opts: EvalOptions, engine: RolloutEngine | None = None) -> dict[str
     replaces the one built from ``opts.engine`` (tests)."""
 
     files = resolve_dataset(opts.dataset, opts.lcb_files)
-    suffix = DEFAULT_SUFFIX if opts.instruction_suffix is None else opts.instruction_suffix
+    suffix = opts.instruction_suffix
     style = default_lcb_style(opts.model) if opts.lcb_style == "auto" else opts.lcb_style
     if style not in LCB_STYLES:
         raise ValueError(f"--lcb-style must be auto or one of {', '.join(LCB_STYLES)}, "
@@ -307,10 +343,10 @@ def run_eval(opts: EvalOptions, engine: RolloutEngine | None = None) -> dict[str
         write_jsonl(out_dir / "generations.jsonl", generations_records(problems, completions))
 
     own_engine = engine is None
-    engine_kind = (opts.engine or EngineConfig()).kind if own_engine else type(engine).__name__
+    engine_kind = opts.engine.kind if own_engine else type(engine).__name__
     with verifier_connection(opts.verifier_addr, opts.verifier_workers) as client:
         if own_engine:
-            engine = create_engine(opts.engine or EngineConfig(), opts.model, tokenizer)
+            engine = create_engine(opts.engine, opts.model, tokenizer)
         try:
             run = generate_and_score(engine, client, problems, prompts, params,
                                      timeout_s=opts.timeout_s, after_generate=save_generations)

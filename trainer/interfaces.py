@@ -12,11 +12,13 @@ input_ids[:, 1:]``; everything per target token is ``[B, L-1]`` ("T" below is ``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
 import torch
+
+from trainer.magic_config import MagicConfig
 
 # ---------------------------------------------------------------------------------------------
 # Rollouts
@@ -126,8 +128,9 @@ class TokenBatch:
 class LossSettings:
     """What one update needs from the MAGIC config (docs/magic.md)."""
 
-    clip_low: float = 0.2
-    clip_high: float = 0.2
+    clip_low: float = MagicConfig.clip_low
+    """PPO ratio clip bounds; the defaults are MagicConfig's (documented there)."""
+    clip_high: float = MagicConfig.clip_high
     entropy_coef: float = 0.0
     """Coefficient c of the -c*H term for THIS step (from AdaptiveEntropyController)."""
     kl_coef: float = 0.0
@@ -143,9 +146,10 @@ class UpdatePlan:
     """One rollout batch's update: the mini-batches (row indices into the TokenBatch), in the
     order they are applied; one optimizer step per mini-batch (N_SGD steps in all)."""
 
-    minibatches: list[torch.Tensor] = field(default_factory=list)  # each [b] long
-    micro_batch_size: int = 8
-    """Rows per forward/backward pass (gradient accumulation inside a mini-batch)."""
+    minibatches: list[torch.Tensor]  # each [b] long
+    micro_batch_size: int
+    """Rows per forward/backward pass (gradient accumulation inside a mini-batch): a run's
+    ``micro_batch_size`` (trainer/config.py RunConfig, its one home)."""
 
 
 class TrainingBackend(Protocol):

@@ -29,8 +29,9 @@ import torch
 import yaml
 
 from trainer import dist, magic
+from trainer import metric_names as mn
 from trainer.backends import create_backend
-from trainer.backends.reference import check_reference_memory
+from trainer.backends.reference_memory import check_reference_memory
 from trainer.config import RunConfig
 from trainer.data import Problem, PromptSampler, load_problems
 from trainer.engines import create_engine
@@ -40,7 +41,7 @@ from trainer.interfaces import Completion, LossSettings, SamplingParams, TokenBa
 from trainer.metrics_log import MetricsLogger
 from trainer.plot import plot_run
 from trainer.samples import sample_rows, write_samples
-from trainer.schedule import response_indices
+from trainer.off_policy import response_indices
 from trainer.tiny import save_tiny
 from trainer.verifier_bridge import (
     RewardClient,
@@ -127,8 +128,11 @@ class Trainer:
                  extra={"profiles": dict(judged_by)})
         self.skipped_rows = skipped
         self._prompt_ids: dict[str, list[int]] = {}
-        for p in self.train[:1]:
-            self.prompt_ids(p)  # a tokenizer without a chat template fails here, early
+        # Every prompt is tokenized once, now: a tokenizer without a chat template, or a
+        # held-out prompt over the limit, fails here, before any model is loaded.
+        self.train, self.dropped_long_prompts = self._drop_long_prompts(self.train)
+        for p in self.eval_problems:
+            self.prompt_ids(p)
         self.sampler = PromptSampler(len(self.train), cfg.seed, cfg.data.shuffle)
         self.controller = cfg.magic.entropy_controller()
         self.schedule = cfg.magic.stage_schedule()
@@ -193,15 +197,43 @@ class Trainer:
 
     # -- prompts ---------------------------------------------------------------------------
     def prompt_ids(self, problem: Problem) -> list[int]:
+        """The problem's prompt tokens (cached); ValueError naming the problem when it is over
+        ``magic.max_prompt_length``."""
         ids = self._prompt_ids.get(problem.id)
         if ids is None:
             ids = problem_prompt_ids(self.tokenizer, problem)
             limit = self.cfg.magic.max_prompt_length
             if len(ids) > limit:
-                raise ValueError(f"problem {problem.id}: prompt has {len(ids)} tokens, over "
-                                 f"max_prompt_length={limit}")
+                raise ValueError(f"problem {problem.id} ({problem.where}): prompt has {len(ids)} "
+                                 f"tokens, over magic.max_prompt_length={limit}")
             self._prompt_ids[problem.id] = ids
         return ids
+
+    def _drop_long_prompts(self, problems: list[Problem]) -> tuple[list[Problem], int]:
+        """The training problems whose prompt fits ``magic.max_prompt_length``, and how many
+        were dropped: a longer prompt leaves the training set before the run starts (logged
+        with a count, as the released recipe's data layer does), never mid-run. ValueError
+        when none fits."""
+        limit = self.cfg.magic.max_prompt_length
+        kept: list[Problem] = []
+        long: list[tuple[Problem, int]] = []
+        for p in problems:
+            ids = problem_prompt_ids(self.tokenizer, p)
+            if len(ids) > limit:
+                long.append((p, len(ids)))
+            else:
+                self._prompt_ids[p.id] = ids
+                kept.append(p)
+        if long:
+            first, n = long[0]
+            log.warning("dropped %d of %d training problems whose prompt is over "
+                        "magic.max_prompt_length=%d tokens (e.g. %s, %s: %d tokens)",
+                        len(long), len(problems), limit, first.id, first.where, n,
+                        extra={"dropped_long_prompts": len(long)})
+        if problems and not kept:
+            raise ValueError(f"every training prompt is over magic.max_prompt_length={limit} "
+                             f"tokens (e.g. {long[0][0].id}: {long[0][1]} tokens)")
+        return kept, len(long)
 
     # -- one step --------------------------------------------------------------------------
     def train_step(self) -> dict[str, Any]:
@@ -213,21 +245,21 @@ class Trainer:
         step = self.step + 1
         rollout = self._generate_and_score(step)
         scored = self._advantages(rollout)
-        metrics = {"step": step, "stage": self.schedule.index,
-                   "stage/max_response_length": self.schedule.current.max_response_length}
+        metrics = {mn.STEP: step, mn.STAGE: self.schedule.index,
+                   mn.STAGE_MAX_RESPONSE_LENGTH: self.schedule.current.max_response_length}
         metrics.update(self._batch_metrics(rollout, scored))
         t0 = time.monotonic()
-        metrics.update(self._update(step, rollout, scored, not metrics["update/skipped"]))
+        metrics.update(self._update(step, rollout, scored, not metrics[mn.UPDATE_SKIPPED]))
         t_update = time.monotonic() - t0
         t0 = time.monotonic()
-        if not metrics["update/skipped"]:  # named_weights is a collective under ZeRO-3
+        if not metrics[mn.UPDATE_SKIPPED]:  # named_weights is a collective under ZeRO-3
             self.engine.load_weights(self.backend.named_weights())
         t_sync = time.monotonic() - t0
-        metrics.update({"time/generate": rollout.t_generate,
-                        "time/verify_wait": rollout.t_verify_wait,
-                        "time/update": t_update, "time/sync": t_sync})
+        metrics.update({mn.TIME_GENERATE: rollout.t_generate,
+                        mn.TIME_VERIFY_WAIT: rollout.t_verify_wait,
+                        mn.TIME_UPDATE: t_update, mn.TIME_SYNC: t_sync})
         self.step = step
-        metrics["time/step"] = time.monotonic() - t_step
+        metrics[mn.TIME_STEP] = time.monotonic() - t_step
         # Stage transitions and logging must see the same numbers on every rank: rank 0's.
         return dist.broadcast(metrics)
 
@@ -315,11 +347,11 @@ class Trainer:
         g_src, g_len, g_rew, g_trunc, g_keep, g_unj, g_none = (sum((x[i] for x in stats), [])
                                                                for i in range(7))
         metrics = _reward_metrics(g_src, g_len, torch.tensor(g_rew), torch.tensor(g_trunc), G)
-        metrics["reward/no_answer_frac"] = sum(g_none) / len(g_none)
-        metrics["filtered/frac"] = 1.0 - sum(g_keep) / len(g_keep)
-        metrics["reward/unjudged"] = int(sum(g_unj))
-        metrics["rollout/responses"] = len(g_len)  # every rank's, each judged once
-        metrics["update/skipped"] = int(sum(g_keep) == 0)  # the same answer on every rank
+        metrics[mn.REWARD_NO_ANSWER_FRAC] = sum(g_none) / len(g_none)
+        metrics[mn.FILTERED_FRAC] = 1.0 - sum(g_keep) / len(g_keep)
+        metrics[mn.REWARD_UNJUDGED] = int(sum(g_unj))
+        metrics[mn.ROLLOUT_RESPONSES] = len(g_len)  # every rank's, each judged once
+        metrics[mn.UPDATE_SKIPPED] = int(sum(g_keep) == 0)  # the same answer on every rank
         return metrics
 
     def _update(self, step: int, rollout: "_Rollout", scored: "_Scored",
@@ -336,12 +368,12 @@ class Trainer:
             # Every group was filtered out: no update (MAGIC filters without refilling). The
             # keys stay (stable schema): no loss was applied, and entropy was not measured, so
             # the controller is not moved.
-            metrics: dict[str, Any] = {"losses/policy": 0.0, "losses/clipfrac": 0.0,
-                                       "entropy": None, "entropy/rollout": None,
-                                       "entropy/coef": coef,
-                                       "entropy/next_coef": coef}
+            metrics: dict[str, Any] = {mn.LOSS_POLICY: 0.0, mn.LOSS_CLIPFRAC: 0.0,
+                                       mn.ENTROPY: None, mn.ENTROPY_ROLLOUT: None,
+                                       mn.ENTROPY_COEF: coef,
+                                       mn.ENTROPY_NEXT_COEF: coef}
             if m.keeps_reference:
-                metrics["losses/kl"] = None  # not measured on this step
+                metrics[mn.LOSS_KL] = None  # not measured on this step
             return metrics
         rows = response_indices(kept_prompts, G)  # [P' * G]
         # A rank whose groups were all filtered still takes part in every collective of the
@@ -363,8 +395,8 @@ class Trainer:
                             temperature=m.temperature)
         metrics = self.backend.update(batch, old_logprobs, scored.advantages[batch_rows],
                                       UpdatePlan(minibatches, cfg.micro_batch_size), loss)
-        metrics["entropy/coef"] = coef
-        metrics["entropy/next_coef"] = self.controller.update(metrics["entropy"])
+        metrics[mn.ENTROPY_COEF] = coef
+        metrics[mn.ENTROPY_NEXT_COEF] = self.controller.update(metrics[mn.ENTROPY])
         return metrics
 
     # -- evaluation ------------------------------------------------------------------------
@@ -400,7 +432,7 @@ class Trainer:
             positions = [lay.global_index(k) for k in range(len(run.problems))]
             run = _merge_runs(dist.gather((positions, run.problems, run.results)))
         out = trainer_metrics(summarize_run(run, e.n_samples))  # RewardError if unjudged
-        out["time/eval"] = time.monotonic() - t0
+        out[mn.TIME_EVAL] = time.monotonic() - t0
         return out
 
     # -- the run -----------------------------------------------------------------------------
@@ -421,7 +453,7 @@ class Trainer:
         try:
             if cfg.eval.every_steps and self.step == 0:
                 first_eval = last_eval = self.evaluate()
-                self._log({"step": 0, "stage": self.schedule.index, **first_eval})
+                self._log({mn.STEP: 0, mn.STAGE: self.schedule.index, **first_eval})
             if self.logger is not None:
                 self.logger.start_progress(cfg.total_steps, self.step)
             while self.step < cfg.total_steps and not dist.any_rank(self._stop_requested):
@@ -446,8 +478,8 @@ class Trainer:
                 self.logger.stop_progress()
         summary = {"steps": self.step, "stage": self.schedule.index,
                    "interrupted": self.step < cfg.total_steps,
-                   "eval_first": first_eval.get("eval/accuracy"),
-                   "eval_last": last_eval.get("eval/accuracy"),
+                   "eval_first": first_eval.get(mn.EVAL_ACCURACY),
+                   "eval_last": last_eval.get(mn.EVAL_ACCURACY),
                    "run_dir": str(self.run_dir)}
         if cfg.log.plots and self.rank == 0:
             plot_run(self.run_dir)
@@ -567,17 +599,17 @@ def _merge_runs(parts: list[tuple[list[int], list[Any], dict[str, Any]]]) -> Any
 def _reward_metrics(sources: list[str], lengths: list[int], rewards: torch.Tensor,
                     truncated: torch.Tensor, G: int) -> dict[str, float]:
     """Batch statistics; ``rewards`` [N] and ``truncated`` [N] are grouped by prompt."""
-    out = {"reward/mean": float(rewards.mean()),
-           "response_length/mean": sum(lengths) / len(lengths),
-           "response_length/max": max(lengths),
-           "truncated/frac": float(truncated.float().mean()),
-           "reward/solve_none_frac": float((rewards.view(-1, G).max(dim=1).values == 0).float().mean()),
-           "reward/solve_all_frac": float((rewards.view(-1, G).min(dim=1).values == 1).float().mean())}
+    out = {mn.REWARD_MEAN: float(rewards.mean()),
+           mn.RESPONSE_LENGTH_MEAN: sum(lengths) / len(lengths),
+           mn.RESPONSE_LENGTH_MAX: max(lengths),
+           mn.TRUNCATED_FRAC: float(truncated.float().mean()),
+           mn.REWARD_SOLVE_NONE_FRAC: float((rewards.view(-1, G).max(dim=1).values == 0).float().mean()),
+           mn.REWARD_SOLVE_ALL_FRAC: float((rewards.view(-1, G).min(dim=1).values == 1).float().mean())}
     by_src: dict[str, list[float]] = defaultdict(list)
     for src, r in zip(sources, rewards.tolist()):
         by_src[src or "default"].append(r)
     for src, rs in by_src.items():
-        out[f"reward/by_source/{src}"] = sum(rs) / len(rs)
+        out[mn.reward_by_source(src)] = sum(rs) / len(rs)
     return out
 
 

@@ -13,8 +13,8 @@ Contents:
 - split invariance: :func:`global_token_count`, :func:`token_mean_denominator`,
   :func:`merge_metrics`
 - re-exported from siblings: :class:`AdaptiveEntropyController` (magic_controller),
-  :class:`Stage`, :class:`Plateau`, :class:`StageSchedule`, :class:`OffPolicyConfig`,
-  :func:`response_indices` (schedule), :class:`MagicConfig` (config).
+  :class:`Stage`, :class:`Plateau`, :class:`StageSchedule` (schedule), :class:`OffPolicyConfig`,
+  :func:`response_indices` (off_policy), :class:`MagicConfig` (magic_config).
 """
 
 from __future__ import annotations
@@ -25,17 +25,11 @@ from typing import Literal
 import torch
 import torch.utils.checkpoint
 
+from . import metric_names as mn
 from .magic_config import KLEstimator, MagicConfig, MaskMode, default_stages
 from .magic_controller import ENTROPY_MODES, AdaptiveEntropyController, EntropyMode
-from .schedule import (
-    OffPolicyConfig,
-    Plateau,
-    PlateauMode,
-    Stage,
-    StageSchedule,
-    response_indices,
-    validate_stages,
-)
+from .off_policy import OffPolicyConfig, response_indices
+from .schedule import Plateau, PlateauMode, Stage, StageSchedule, validate_stages
 
 __all__ = [
     "AdaptiveEntropyController", "ENTROPY_MODES", "EntropyMode", "GradReduce", "KLEstimator",
@@ -279,9 +273,9 @@ def merge_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """Token-weighted mean of per-micro-batch metrics (weights ``losses/num_tokens``, which is
     summed), so logged metrics are token means over the mini-batch like the loss (docs/magic.md).
     Keys missing from some part are averaged over the parts that have them."""
-    weights = [float(p.get("losses/num_tokens", 0.0)) for p in parts]
-    out: dict[str, float] = {"losses/num_tokens": sum(weights)}
-    keys = sorted({k for p in parts for k in p} - {"losses/num_tokens"})
+    weights = [float(p.get(mn.LOSS_NUM_TOKENS, 0.0)) for p in parts]
+    out: dict[str, float] = {mn.LOSS_NUM_TOKENS: sum(weights)}
+    keys = sorted({k for p in parts for k in p} - {mn.LOSS_NUM_TOKENS})
     for key in keys:
         pairs = [(w, float(p[key])) for w, p in zip(weights, parts, strict=True) if key in p]
         total_w = sum(w for w, _ in pairs)
@@ -329,8 +323,8 @@ def policy_loss(
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
+    clip_low: float = MagicConfig.clip_low,
+    clip_high: float = MagicConfig.clip_high,
     *,
     num_tokens: Number | torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -394,18 +388,18 @@ def policy_loss(
             return float(masked_sum(x.to(logprobs.dtype), mask)) / n if n else 0.0
 
         metrics = {
-            "losses/policy": mean(per_token),
-            "losses/clipfrac": mean(low | high),
-            "losses/clipfrac_low": mean(low),
-            "losses/clipfrac_high": mean(high),
-            "losses/approx_kl": mean(ratio - 1.0 - log_ratio),
-            "losses/ratio_mean": mean(ratio),
+            mn.LOSS_POLICY: mean(per_token),
+            mn.LOSS_CLIPFRAC: mean(low | high),
+            mn.LOSS_CLIPFRAC_LOW: mean(low),
+            mn.LOSS_CLIPFRAC_HIGH: mean(high),
+            mn.LOSS_APPROX_KL: mean(ratio - 1.0 - log_ratio),
+            mn.LOSS_RATIO_MEAN: mean(ratio),
             # The rollout policy's entropy at sampling time, estimated from its own sampled
             # tokens (-mean log pi_old, pi_old being the policy that sampled them), beside the
             # update's full-distribution entropy, which off-policy is measured on a policy
             # that has already moved within the step.
-            "entropy/rollout": mean(-old_logprobs),
-            "losses/num_tokens": float(n),
+            mn.ENTROPY_ROLLOUT: mean(-old_logprobs),
+            mn.LOSS_NUM_TOKENS: float(n),
         }
     return loss, metrics
 
@@ -536,8 +530,8 @@ def magic_loss(
     ref_logprobs: torch.Tensor | None = None,
     kl_coef: float = 0.0,
     kl_estimator: KLEstimator = "k3",
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
+    clip_low: float = MagicConfig.clip_low,
+    clip_high: float = MagicConfig.clip_high,
     num_tokens: Number | torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """``policy_loss - entropy_coef * H + kl_coef * KL``, all token means with one denominator.
@@ -550,7 +544,7 @@ def magic_loss(
     """
     loss, metrics = policy_loss(logprobs, old_logprobs, advantages, response_mask,
                                 clip_low, clip_high, num_tokens=num_tokens)
-    local_total = metrics["losses/policy"]
+    local_total = metrics[mn.LOSS_POLICY]
     if entropy_coef != 0 and entropy is None:
         raise ValueError("entropy_coef != 0 needs the token entropy [B, T]")
     if kl_coef != 0 and ref_logprobs is None:
@@ -560,14 +554,14 @@ def magic_loss(
             loss = loss + entropy_loss(entropy, response_mask, entropy_coef,
                                        num_tokens=num_tokens)
         h = float(masked_mean(entropy.detach(), response_mask))
-        metrics["losses/entropy"] = h
+        metrics[mn.LOSS_ENTROPY] = h
         local_total -= entropy_coef * h
     if ref_logprobs is not None:
         if kl_coef != 0:
             loss = loss + kl_loss(logprobs, ref_logprobs, response_mask, kl_coef,
                                   kl_estimator, num_tokens=num_tokens)
         kl = float(kl_loss(logprobs.detach(), ref_logprobs, response_mask, 1.0, kl_estimator))
-        metrics["losses/kl"] = kl
+        metrics[mn.LOSS_KL] = kl
         local_total += kl_coef * kl
-    metrics["losses/total"] = local_total
+    metrics[mn.LOSS_TOTAL] = local_total
     return loss, metrics

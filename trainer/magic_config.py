@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .config_schema import check_keys, field_docs
+from . import metric_names as mn
 from .magic_controller import AdaptiveEntropyController, EntropyMode
-from .schedule import OffPolicyConfig, Plateau, Stage, StageSchedule, validate_stages
+from .off_policy import OffPolicyConfig
+from .schedule import Plateau, Stage, StageSchedule, validate_stages
 
 MaskMode = Literal["none", "before", "after"]
 KLEstimator = Literal["k1", "k3"]
@@ -31,7 +33,7 @@ def default_stages() -> tuple[Stage, ...]:
     so stages 1 and 2 end on a plateau of ``eval/accuracy`` (5 evaluations without
     improvement); the last stage runs until the run's step budget ends.
     """
-    converged = Plateau(metric="eval/accuracy", patience=5, min_delta=0.0, mode="max")
+    converged = Plateau(metric=mn.EVAL_ACCURACY, patience=5, min_delta=0.0, mode="max")
     return (Stage("8k", 8192, plateau=converged),
             Stage("16k", 16384, plateau=converged),
             Stage("32k", 32768))
@@ -60,8 +62,10 @@ class MagicConfig:
     top_k: int = -1
     """Rollout top-k, -1 for off or >= 1. Default -1, as released."""
     max_prompt_length: int = 2048
-    """Longest prompt in tokens; longer prompts are dropped by the data layer. Default 2048 as
-    released."""
+    """Longest prompt in tokens. Default 2048 as released. A training problem with a longer
+    prompt is dropped when the run starts (counted in the log), as the released recipe's data
+    layer does; a held-out problem with one is an error naming it, before any model loads
+    (an evaluation covers its whole set)."""
     # --- advantages and filtering ----------------------------------------------------------
     mask_mode: MaskMode = "none"
     """Advantage mask for truncated responses: 'none' (MAGIC: truncated responses keep their,

@@ -12,6 +12,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from trainer import metric_names as mn
+
 log = logging.getLogger(__name__)
 
 
@@ -29,7 +31,7 @@ class MetricsLogger:
             # On resume, drop steps logged after the checkpoint (the crashed run's tail), so
             # the file reads as one uninterrupted run.
             kept = [ln for ln in self.path.read_text().splitlines()
-                    if ln.strip() and json.loads(ln).get("step", 0) <= resume_after]
+                    if ln.strip() and json.loads(ln).get(mn.STEP, 0) <= resume_after]
             self.path.write_text("".join(ln + "\n" for ln in kept) if resume_after else "")
         self._file = self.path.open("a", encoding="utf-8")
         self._tb = None
@@ -51,21 +53,24 @@ class MetricsLogger:
         row = {k: _jsonable(v) for k, v in metrics.items()}
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
-        step = int(metrics.get("step", 0))
+        step = int(metrics.get(mn.STEP, 0))
         for k, v in metrics.items():
-            if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
+            if k != mn.STEP and isinstance(v, (int, float)) and math.isfinite(v):
                 if self._tb is not None:
                     self._tb.add_scalar(k, v, step)
         if self._tb is not None:
             self._tb.flush()
         if self._wandb is not None:
             self._wandb.log(row, step=step)
-        if self._progress is not None and self._task is not None and "reward/mean" in metrics:
-            self._progress.update(
-                self._task, completed=step,
-                info=f"reward {metrics['reward/mean']:.3f}  entropy {metrics.get('entropy', float('nan')):.3f}"
-                     f"  coef {metrics.get('entropy/coef', 0):.4f}  stage {metrics.get('stage', 0)}"
-                     + (f"  eval {metrics['eval/accuracy']:.3f}" if "eval/accuracy" in metrics else ""))
+        if self._progress is not None and self._task is not None and mn.REWARD_MEAN in metrics:
+            entropy = metrics.get(mn.ENTROPY)
+            info = (f"reward {metrics[mn.REWARD_MEAN]:.3f}  "
+                    f"entropy {float('nan') if entropy is None else entropy:.3f}  "
+                    f"coef {metrics.get(mn.ENTROPY_COEF, 0):.4f}  "
+                    f"stage {metrics.get(mn.STAGE, 0)}")
+            if mn.EVAL_ACCURACY in metrics:
+                info += f"  eval {metrics[mn.EVAL_ACCURACY]:.3f}"
+            self._progress.update(self._task, completed=step, info=info)
 
     def start_progress(self, total: int, done: int) -> None:
         console = Console(stderr=True)

@@ -43,6 +43,7 @@ from trainer.data import (
     model_difficulty,
     row_format,
 )
+from trainer.engines import EngineConfig, standalone_engine
 from trainer.evaluation import generate_and_score
 from trainer.interfaces import RolloutEngine, SamplingParams
 from verifier.items import NOT_A_VERDICT
@@ -58,31 +59,58 @@ class FilterError(RuntimeError):
 
 @dataclass
 class FilterOptions:
+    """Offline difficulty filter: keep problems solved in [lo, hi] of k samples."""
+
     input: Path
+    """JSONL or parquet, any loader format."""
     output: Path
+    """Every row with pass_count/pass_k (same format as the input)."""
+    model: str | None = None
+    """Local checkpoint that samples the responses (its path also identifies the model in the
+    progress file)."""
+    released_difficulty: str | None = None
+    """Sample nothing: use extra_info.model_difficulty[MODEL] of the data (e.g.
+    DeepSeek-R1-Distill-Qwen-7B), as Skywork's release does."""
     kept_output: Path | None = None
-    """Default: ``<output stem>.kept<suffix>`` next to ``output``."""
+    """The kept rows (default: <output>.kept.<ext>)."""
     k: int = 16
+    """Samples per problem."""
     lo: int = 1
+    """Keep pass_count >= lo."""
     hi: int = 15
+    """Keep pass_count <= hi."""
     temperature: float = 1.0
-    """The rollout temperature of training (docs/magic.md): the filter measures how the policy
-    will see each problem."""
+    """Sampling temperature: the rollout temperature of training (docs/magic.md), so the filter
+    measures how the policy will see each problem."""
     top_p: float = 1.0
+    """Nucleus sampling mass."""
     top_k: int = -1
+    """Top-k sampling (-1: off)."""
     max_tokens: int = 32768
+    """Response limit, tokens."""
     seed: int = 0
+    """Batch b samples with seed + b."""
     batch_size: int = 64
-    """Problems per generate call and per progress record: the unit of resumption."""
+    """Problems per generate call and per saved progress record: the unit of resumption."""
+    difficulty_key: str | None = None
+    """Key under extra_info.model_difficulty for verl rows (default: the model directory's
+    name)."""
     instruction_suffix: str = DEFAULT_SUFFIX
+    """Appended to math prompts (the report's; '' for none)."""
     skip_invalid: bool = False
+    """Skip malformed rows (counted) instead of failing."""
     allow_errors: bool = False
     """Count responses the verifier could not judge as incorrect instead of stopping."""
-    difficulty_key: str | None = None
-    """Key under ``extra_info.model_difficulty`` for verl rows (default: model dir name)."""
-    model_id: str = ""
-    """Identifies the model in the progress file (its path)."""
     timeout_s: float = 3600.0
+    """Longest wait for verdicts after generation ends, seconds."""
+    tokenizer: str | None = None
+    """Tokenizer directory (default: --model)."""
+    verifier_addr: str | None = None
+    """HOST:PORT[,HOST:PORT...] of a verifier; default: start a local one."""
+    verifier_workers: int = 2
+    """Workers of the local verifier (without --verifier-addr)."""
+    engine: EngineConfig = field(default_factory=standalone_engine)
+    """The rollout engine (hf: Hugging Face generate, CPU and small models; vllm: production)."""
 
     def __post_init__(self) -> None:
         self.input, self.output = Path(self.input), Path(self.output)
@@ -109,7 +137,7 @@ class FilterOptions:
 
     def fingerprint(self) -> dict[str, Any]:
         return {"version": PROGRESS_VERSION, "input": str(self.input.resolve()),
-                "model": self.model_id, "k": self.k, "temperature": self.temperature,
+                "model": self.model or "", "k": self.k, "temperature": self.temperature,
                 "top_p": self.top_p, "top_k": self.top_k, "max_tokens": self.max_tokens,
                 "seed": self.seed, "batch_size": self.batch_size,
                 "instruction_suffix": self.instruction_suffix}
@@ -367,7 +395,7 @@ def run_filter(opts: FilterOptions, engine: RolloutEngine | None, client: Any,
     """Score (resuming from the progress file), then write the outputs."""
     loaded = loaded or load_for_filter(opts)
     counts, ran, errors = score_problems(opts, loaded, engine, client, prompt_ids)
-    key = opts.difficulty_key or (Path(opts.model_id).name if opts.model_id else None)
+    key = opts.difficulty_key or (Path(opts.model).name if opts.model else None)
     return _finish(opts, loaded, counts, key, ran, errors)
 
 

@@ -26,6 +26,8 @@ import yaml
 matplotlib.use("Agg")  # headless: plots are files, never windows
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 
+from trainer import metric_names as mn  # noqa: E402
+
 SMOOTH = 10  # steps in the trailing mean drawn over noisy per-step series
 
 
@@ -43,7 +45,7 @@ def _config(run_dir: Path) -> dict[str, Any]:
 
 def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
     """(steps, values) of ``key`` where it is a number (skipped steps log None)."""
-    pts = [(r["step"], float(r[key])) for r in rows
+    pts = [(r[mn.STEP], float(r[key])) for r in rows
            if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
     return [s for s, _ in pts], [v for _, v in pts]
 
@@ -67,8 +69,8 @@ def stage_starts(rows: list[dict]) -> list[tuple[int, int, Any]]:
     """(first step, stage index, max response length) of every stage seen in the run."""
     out: list[tuple[int, int, Any]] = []
     for r in rows:
-        if "stage" in r and "reward/mean" in r and (not out or r["stage"] != out[-1][1]):
-            out.append((r["step"], r["stage"], r.get("stage/max_response_length")))
+        if mn.STAGE in r and mn.REWARD_MEAN in r and (not out or r[mn.STAGE] != out[-1][1]):
+            out.append((r[mn.STEP], r[mn.STAGE], r.get(mn.STAGE_MAX_RESPONSE_LENGTH)))
     return out
 
 
@@ -117,26 +119,26 @@ def plot_run(run_dir: Path) -> list[Path]:
     written = []
     # reward and held-out accuracy
     fig, ax = plt.subplots(figsize=(7, 4))
-    noisy(ax, "reward/mean", "tab:blue", "training reward")
-    eval_keys = ["eval/accuracy"] + sorted({k for r in rows for k in r
-                                            if k.startswith("eval/") and "/avg@" in k})
+    noisy(ax, mn.REWARD_MEAN, "tab:blue", "training reward")
+    eval_keys = [mn.EVAL_ACCURACY] + sorted({k for r in rows for k in r
+                                            if k.startswith(mn.EVAL_PREFIX) and "/avg@" in k})
     for k, style in zip(eval_keys, ["o-", "s--", "^--", "v--", "D--", "x--"]):
         xs, ys = series(rows, k)
         if xs:
             ax.plot(xs, ys, style, markersize=4, label="held-out " + (
-                "accuracy" if k == "eval/accuracy" else k[len("eval/"):]))
+                "accuracy" if k == mn.EVAL_ACCURACY else k[len(mn.EVAL_PREFIX):]))
     ax.set_ylim(0, 1.05)
     written.append(finish(fig, ax, "reward and held-out accuracy", "reward.png"))
 
     # entropy against its target
     fig, ax = plt.subplots(figsize=(7, 4))
-    noisy(ax, "entropy", "tab:purple", "entropy (nats per token)")
+    noisy(ax, mn.ENTROPY, "tab:purple", "entropy (nats per token)")
     target = magic_cfg.get("entropy_target")
     if target is not None and magic_cfg.get("entropy_mode", "adaptive") == "adaptive":
         ax.axhline(float(target), color="tab:purple", linestyle=":",
                    label=f"target {float(target):g}")
     ax2 = ax.twinx()
-    xs, ys = series(rows, "entropy/coef")
+    xs, ys = series(rows, mn.ENTROPY_COEF)
     if xs:
         ax2.plot(xs, ys, "-", color="tab:orange", linewidth=1, label="entropy coefficient")
     ax.set_ylim(bottom=0)
@@ -144,30 +146,30 @@ def plot_run(run_dir: Path) -> list[Path]:
 
     # length, limit, truncation
     fig, ax = plt.subplots(figsize=(7, 4))
-    noisy(ax, "response_length/mean", "tab:green", "response length (tokens)")
-    xs, ys = series(rows, "stage/max_response_length")
+    noisy(ax, mn.RESPONSE_LENGTH_MEAN, "tab:green", "response length (tokens)")
+    xs, ys = series(rows, mn.STAGE_MAX_RESPONSE_LENGTH)
     if xs:
         ax.step(xs, ys, where="post", color="tab:green", linestyle=":",
                 label="stage length limit")
     ax.set_ylim(bottom=0)
     ax2 = ax.twinx()
-    noisy(ax2, "truncated/frac", "tab:red", "truncated fraction")
-    noisy(ax2, "reward/no_answer_frac", "black", "no answer (NO_ANSWER)", style="--")
+    noisy(ax2, mn.TRUNCATED_FRAC, "tab:red", "truncated fraction")
+    noisy(ax2, mn.REWARD_NO_ANSWER_FRAC, "black", "no answer (NO_ANSWER)", style="--")
     ax2.set_ylim(0, 1.05)
     written.append(finish(fig, ax, "response length, length limit and truncation",
                           "length.png", ax2, right_loc="center right"))
 
-    if any(isinstance(r.get("losses/kl"), (int, float)) for r in rows):
+    if any(isinstance(r.get(mn.LOSS_KL), (int, float)) for r in rows):
         fig, ax = plt.subplots(figsize=(7, 4))
-        noisy(ax, "losses/kl", "tab:cyan", "KL to the reference policy")
+        noisy(ax, mn.LOSS_KL, "tab:cyan", "KL to the reference policy")
         written.append(finish(fig, ax, f"KL loss (coefficient {magic_cfg.get('kl_coef')})",
                               "kl.png"))
 
     # time per step
     fig, ax = plt.subplots(figsize=(7, 4))
-    steps = sorted({r["step"] for r in rows if r.get("step", 0) > 0})
+    steps = sorted({r[mn.STEP] for r in rows if r.get(mn.STEP, 0) > 0})
     bottom = [0.0] * len(steps)
-    for k in ["time/generate", "time/verify_wait", "time/update", "time/sync", "time/eval"]:
+    for k in [mn.TIME_GENERATE, mn.TIME_VERIFY_WAIT, mn.TIME_UPDATE, mn.TIME_SYNC, mn.TIME_EVAL]:
         d = dict(zip(*series(rows, k)))
         if not d:
             continue

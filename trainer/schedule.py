@@ -1,14 +1,6 @@
-"""Schedules of MAGIC: multi-stage context lengths and the off-policy quadruple.
-
-- Multi-stage training: Skywork-OR1 (arXiv 2505.22312) §3, "Multi-Stage Training";
-  docs/magic.md, rule "Multi-stage".
-- The off-policy quadruple (N_SGD, D_R, D_T, N_reuse): Skywork-OR1 §3 "On-Policy Training" and
-  the off-policy-update ablation of §4 (entropy-collapse studies); docs/magic.md, rule
-  "Off-policy knobs".
-
-torch is imported lazily (only :meth:`OffPolicyConfig.minibatches` and
-:func:`response_indices` need it), so configs can be built and validated without it.
-Re-exported by :mod:`trainer.magic`.
+"""MAGIC's multi-stage schedule of context lengths: Skywork-OR1 (arXiv 2505.22312) §3,
+"Multi-Stage Training"; docs/magic.md, rule "Multi-stage". (The off-policy quadruple is
+trainer/off_policy.py.) No torch. Re-exported by :mod:`trainer.magic`.
 """
 
 from __future__ import annotations
@@ -16,27 +8,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from trainer.config_schema import check_keys
-
-if TYPE_CHECKING:
-    import torch  # lazy: MagicConfig (the config layer) imports this module without torch
+from trainer.config_schema import check_keys, construct, is_int
 
 PlateauMode = Literal["max", "min"]
 
 _STATE_VERSION = 1
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _build(cls: Any, kind: str, data: Mapping[str, Any]) -> Any:
-    try:
-        return cls(**dict(data))
-    except TypeError as exc:  # a missing required key
-        raise ValueError(f"{kind} {dict(data)!r}: {exc}") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -64,7 +42,7 @@ class Plateau:
     def __post_init__(self) -> None:
         if not isinstance(self.metric, str) or not self.metric:
             raise ValueError(f"plateau metric must be a non-empty string, got {self.metric!r}")
-        if not _is_int(self.patience) or self.patience < 1:
+        if not is_int(self.patience) or self.patience < 1:
             raise ValueError(f"plateau patience must be an int >= 1 (observations of the "
                              f"metric without improvement), got {self.patience!r}")
         if isinstance(self.min_delta, bool) or not isinstance(self.min_delta, (int, float)) \
@@ -85,7 +63,7 @@ class Plateau:
     def from_dict(cls, data: Mapping[str, Any]) -> Plateau:
         """Build from a plain dict; unknown keys raise ValueError naming them."""
         check_keys("plateau", data, ("metric", "patience", "min_delta", "mode"))
-        return _build(cls, "plateau", data)
+        return construct(cls, "plateau", data)
 
     def to_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "patience": self.patience,
@@ -115,10 +93,10 @@ class Stage:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"stage name must be a non-empty string, got {self.name!r}")
-        if not _is_int(self.max_response_length) or self.max_response_length < 1:
+        if not is_int(self.max_response_length) or self.max_response_length < 1:
             raise ValueError(f"stage {self.name!r}: max_response_length must be an int >= 1 "
                              f"(tokens), got {self.max_response_length!r}")
-        if self.steps is not None and (not _is_int(self.steps) or self.steps < 1):
+        if self.steps is not None and (not is_int(self.steps) or self.steps < 1):
             raise ValueError(f"stage {self.name!r}: steps must be an int >= 1 or None, "
                              f"got {self.steps!r}")
         if isinstance(self.plateau, Mapping):
@@ -135,7 +113,7 @@ class Stage:
     def from_dict(cls, data: Mapping[str, Any]) -> Stage:
         """Build from a plain dict (``plateau`` may be a nested dict); unknown keys raise."""
         check_keys("stage", data, ("name", "max_response_length", "steps", "plateau"))
-        return _build(cls, "stage", data)
+        return construct(cls, "stage", data)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "max_response_length": self.max_response_length,
@@ -271,7 +249,7 @@ class StageSchedule:
             raise ValueError(f"stage schedule state version {state['version']!r} "
                              f"is not {_STATE_VERSION}")
         index = state["index"]
-        if not _is_int(index) or not 0 <= index < len(self.stages):
+        if not is_int(index) or not 0 <= index < len(self.stages):
             raise ValueError(f"stage index {index!r} out of range for "
                              f"{len(self.stages)} stages")
         if self.stages[index].name != state["stage"]:
@@ -282,120 +260,3 @@ class StageSchedule:
         self._best = None if state["best"] is None else float(state["best"])
         self._bad = int(state["bad_count"])
         self._transitions = [dict(t) for t in state["transitions"]]
-
-
-# ---------------------------------------------------------------------------------------------
-# Off-policy quadruple
-# ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class OffPolicyConfig:
-    """The quadruple (N_SGD, D_R, D_T, N_reuse) of the report's off-policy ablation.
-
-    Units: ``rollout_batch_size`` (D_R) and ``mini_batch_size`` (D_T) count PROMPTS (groups),
-    as in the report's batch sizes; a mini-batch always holds whole groups, i.e.
-    ``D_T * group_size`` responses. ``n_reuse`` is the number of passes (epochs) over one
-    rollout batch and ``n_sgd`` the number of optimizer steps per rollout batch, so
-    ``N_SGD = (D_R / D_T) * N_reuse``. ``(1, D, D, 1)`` is on-policy (MAGIC; the report's
-    (1, 64, 64, 1)): one optimizer step per rollout batch, one epoch.
-
-    Skywork-OR1 §3 "On-Policy Training" and §4 off-policy ablation; docs/magic.md.
-
-    Raises:
-        ValueError: unless all four are ints >= 1, D_T divides D_R and
-            N_SGD == (D_R / D_T) * N_reuse.
-    """
-
-    n_sgd: int = 1
-    rollout_batch_size: int = 256
-    mini_batch_size: int = 256
-    n_reuse: int = 1
-
-    def __post_init__(self) -> None:
-        for name in ("n_sgd", "rollout_batch_size", "mini_batch_size", "n_reuse"):
-            value = getattr(self, name)
-            if not _is_int(value) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        d_r, d_t = self.rollout_batch_size, self.mini_batch_size
-        if d_r % d_t != 0:
-            raise ValueError(f"mini_batch_size (D_T={d_t}) must divide rollout_batch_size "
-                             f"(D_R={d_r})")
-        expected = (d_r // d_t) * self.n_reuse
-        if self.n_sgd != expected:
-            raise ValueError(f"N_SGD must equal (D_R / D_T) * N_reuse = ({d_r} / {d_t}) * "
-                             f"{self.n_reuse} = {expected}, got n_sgd={self.n_sgd}")
-
-    @property
-    def minibatches_per_epoch(self) -> int:
-        """D_R / D_T."""
-        return self.rollout_batch_size // self.mini_batch_size
-
-    @property
-    def is_on_policy(self) -> bool:
-        """True for N_SGD == 1: one optimizer step on data from the current policy."""
-        return self.n_sgd == 1
-
-    def minibatches(self, num_prompts: int | None = None,
-                    generator: torch.Generator | None = None,
-                    keep_empty: bool = False) -> list[torch.Tensor]:
-        """Prompt-index mini-batches of one update, in order: N_reuse epochs x D_R/D_T each.
-
-        ``num_prompts`` is how many prompts (groups) the rollout batch holds now, D_R unless
-        online filtering dropped some (MAGIC filters without refilling). Each epoch permutes
-        ``range(num_prompts)`` with ``generator`` (identity order when it is None) and splits it
-        into D_R/D_T nearly equal parts (sizes differ by at most one, larger first), so the
-        number of optimizer steps stays N_SGD whatever the filter kept; empty parts (fewer
-        prompts than mini-batches) are skipped unless ``keep_empty`` (data-parallel ranks keep
-        them, so every rank takes the same N_SGD optimizer steps: each step is a collective).
-        Deterministic for a given generator state.
-
-        Returns:
-            list of int64 tensors of prompt indices, each ``[n_i]``; see
-            :func:`response_indices` for the matching response rows.
-
-        Raises:
-            ValueError: if ``num_prompts`` is negative or larger than D_R.
-        """
-        import torch  # lazy: MagicConfig (the config layer) imports this module without torch
-
-        n = self.rollout_batch_size if num_prompts is None else num_prompts
-        if not _is_int(n) or not 0 <= n <= self.rollout_batch_size:
-            raise ValueError(f"num_prompts must be an int in [0, D_R={self.rollout_batch_size}]"
-                             f", got {num_prompts!r}")
-        out: list[torch.Tensor] = []
-        for _ in range(self.n_reuse):
-            if generator is None:
-                order = torch.arange(n, dtype=torch.long)  # [n]
-            else:
-                order = torch.randperm(n, generator=generator, dtype=torch.long)  # [n]
-            out.extend(p for p in torch.tensor_split(order, self.minibatches_per_epoch)
-                       if keep_empty or p.numel() > 0)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> OffPolicyConfig:
-        check_keys("off-policy", data,
-                      ("n_sgd", "rollout_batch_size", "mini_batch_size", "n_reuse"))
-        return _build(cls, "off-policy config", data)
-
-    def to_dict(self) -> dict[str, int]:
-        return {"n_sgd": self.n_sgd, "rollout_batch_size": self.rollout_batch_size,
-                "mini_batch_size": self.mini_batch_size, "n_reuse": self.n_reuse}
-
-
-def response_indices(prompt_indices: torch.Tensor, group_size: int) -> torch.Tensor:
-    """Response rows of the given prompts when responses are stored group by group.
-
-    Turns a prompt mini-batch of :meth:`OffPolicyConfig.minibatches` (D_T counts prompts,
-    Skywork-OR1 §4 off-policy ablation) into the rows of its responses.
-
-    Prompt ``p`` owns rows ``p * group_size .. p * group_size + group_size - 1``.
-    ``[P] -> [P * group_size]``.
-    """
-    import torch  # lazy: MagicConfig (the config layer) imports this module without torch
-
-    if not _is_int(group_size) or group_size < 1:
-        raise ValueError(f"group_size must be an int >= 1, got {group_size!r}")
-    offsets = torch.arange(group_size, dtype=torch.long, device=prompt_indices.device)  # [g]
-    rows = prompt_indices.long()[:, None] * group_size + offsets[None, :]  # [P, g]
-    return rows.reshape(-1)  # [P * g]

@@ -29,7 +29,6 @@ def numbers(digits_per_token: int) -> list[str]:
     return [f"{i:0{width}d}" for width in range(1, digits_per_token + 1) for i in range(10**width)]
 
 
-NUMBERS = numbers(3)
 CHARS = list(string.ascii_letters + " +-*/=()?,.:;!{}[]<>\n_'\"\\^$%")
 
 # Qwen-style chat template (Jinja), so prompts go through tokenizer.apply_chat_template.

@@ -7,7 +7,7 @@
 Both share one forward pass and one MAGIC update loop (:mod:`trainer.backends.common`), so the
 loss, the global-token-count rule (docs/magic.md) and the metrics are identical by construction.
 With ``keep_reference`` both also hold a frozen KL reference policy, whose memory
-:mod:`trainer.backends.reference` checks before anything loads.
+:mod:`trainer.backends.reference_memory` checks before anything loads.
 
 This module imports no torch: :class:`BackendConfig` is usable by the config layer and the CLI
 without the training stack; :func:`create_backend` imports the backend it builds.
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from trainer.hf_utils import check_model_path
+from trainer.magic_config import MagicConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..interfaces import TrainingBackend
@@ -50,20 +51,22 @@ class BackendConfig:
     zero_stage: ZeroStage = 0
     """DeepSpeed ZeRO stage 0-3 (0: plain data parallel, 1: optimizer states sharded, 2: +
     gradients, 3: + parameters). Default 0. Only meaningful with kind='deepspeed'."""
-    lr: float = 1e-6
-    """AdamW learning rate, constant (no schedule, no warm-up), > 0. Default 1e-6 as released
-    (docs/magic.md, Skywork-OR1 training scripts)."""
-    betas: tuple[float, float] = (0.9, 0.999)
-    """AdamW (beta1, beta2), each in [0, 1). Default (0.9, 0.999) as released."""
+    lr: float = MagicConfig.lr
+    """AdamW learning rate, constant (no schedule, no warm-up), > 0. Default: magic.lr's (the
+    one home of the optimizer's settings: a run copies magic's values here, and refuses them
+    in a ``backend:`` section)."""
+    betas: tuple[float, float] = MagicConfig.betas
+    """AdamW (beta1, beta2), each in [0, 1). Default: magic.betas's."""
     eps: float = 1e-8
     """AdamW epsilon added to sqrt(v), > 0. Default 1e-8 (torch's and verl's default). Tests raise
     it to make the step linear in the gradient, which exposes gradient-scale bugs that Adam's
     scale invariance would hide."""
-    weight_decay: float = 0.01
-    """AdamW decoupled weight decay (p -= lr * wd * p per step), >= 0. Default 0.01 as released."""
-    grad_clip: float = 1.0
+    weight_decay: float = MagicConfig.weight_decay
+    """AdamW decoupled weight decay (p -= lr * wd * p per step), >= 0. Default:
+    magic.weight_decay's."""
+    grad_clip: float = MagicConfig.grad_clip
     """Max global L2 norm of the gradient before each optimizer step, >= 0; 0 disables clipping
-    (DeepSpeed's convention). Default 1.0 as released. The reported grad_norm is the norm
+    (DeepSpeed's convention). Default: magic.grad_clip's. The reported grad_norm is the norm
     BEFORE clipping."""
     dtype: DType = "float32"
     """Compute dtype. 'float32' (default: exact, the CPU choice) or 'bfloat16' (GPU production).
@@ -85,7 +88,7 @@ class BackendConfig:
     rank, parameters x 4 bytes (float32; 2 in DeepSpeed's bf16 mode), divided over the ranks
     under ZeRO-3, which shards it like the policy (e.g. 7B in bf16: about 14 GiB on one rank,
     1.8 GiB per rank over 8); checked against reference_memory_gib before anything is loaded
-    (trainer/backends/reference.py)."""
+    (trainer/backends/reference_memory.py)."""
     reference_memory_gib: float | None = None
     """Memory the KL reference copy may use on one rank, GiB, > 0. Default None: the free memory at
     start-up (the CUDA device's, else the host's MemAvailable). A reference that needs more

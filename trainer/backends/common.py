@@ -27,6 +27,7 @@ import torch.utils.checkpoint
 from transformers import AutoModelForCausalLM
 
 from .. import magic
+from .. import metric_names as mn
 from ..hf_utils import CheckpointError
 from ..interfaces import LossSettings, TokenBatch, UpdatePlan
 from . import BackendConfig
@@ -39,12 +40,9 @@ ForwardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 #: The metric keys ``update`` always returns (``TrainingBackend.update`` docstring), besides
 #: everything :func:`trainer.magic.magic_loss` reports.
 UPDATE_METRIC_KEYS = (
-    "losses/policy", "losses/clipfrac", "losses/clipfrac_low", "losses/clipfrac_high",
-    "losses/approx_kl", "losses/entropy_bonus", "entropy", "entropy/rollout", "grad_norm", "lr",
+    mn.LOSS_POLICY, mn.LOSS_CLIPFRAC, mn.LOSS_CLIPFRAC_LOW, mn.LOSS_CLIPFRAC_HIGH,
+    mn.LOSS_APPROX_KL, mn.LOSS_ENTROPY_BONUS, mn.ENTROPY, mn.ENTROPY_ROLLOUT, mn.GRAD_NORM, mn.LR,
 )
-
-#: Metrics that are the same on every rank (not token means): not reduced across ranks.
-_GLOBAL_METRICS = ("grad_norm", "grad_norm/max", "lr", "optimizer_steps")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -530,21 +528,21 @@ class PolicyBackendBase:
     def _final_metrics(self, parts: list[dict[str, float]], norms: list[float],
                        loss: LossSettings) -> dict[str, float]:
         """Token-weighted merge over mini-batches, then over ranks (one all-reduce)."""
-        local = magic.merge_metrics(parts) if parts else {"losses/num_tokens": 0.0}
-        keys = sorted(k for k in local if k != "losses/num_tokens")
-        weight = local["losses/num_tokens"]
+        local = magic.merge_metrics(parts) if parts else {mn.LOSS_NUM_TOKENS: 0.0}
+        keys = sorted(k for k in local if k != mn.LOSS_NUM_TOKENS)
+        weight = local[mn.LOSS_NUM_TOKENS]
         # Collective (all-reduce SUM): token-weighted sums so metrics are global token means.
         sums = self._all_reduce([local[k] * weight for k in keys] + [weight], op="sum")
         total = sums[-1]
         out = {k: (s / total if total > 0 else 0.0) for k, s in zip(keys, sums[:-1], strict=True)}
-        out["losses/num_tokens"] = total
-        out.setdefault("losses/entropy", 0.0)
-        out["entropy"] = out["losses/entropy"]
-        out["losses/entropy_bonus"] = -loss.entropy_coef * out["entropy"]
-        out["grad_norm"] = sum(norms) / len(norms) if norms else 0.0
-        out["grad_norm/max"] = max(norms) if norms else 0.0
-        out["optimizer_steps"] = float(len(norms))
-        out["lr"] = self._current_lr()
+        out[mn.LOSS_NUM_TOKENS] = total
+        out.setdefault(mn.LOSS_ENTROPY, 0.0)
+        out[mn.ENTROPY] = out[mn.LOSS_ENTROPY]
+        out[mn.LOSS_ENTROPY_BONUS] = -loss.entropy_coef * out[mn.ENTROPY]
+        out[mn.GRAD_NORM] = sum(norms) / len(norms) if norms else 0.0
+        out[mn.GRAD_NORM_MAX] = max(norms) if norms else 0.0
+        out[mn.OPTIMIZER_STEPS] = float(len(norms))
+        out[mn.LR] = self._current_lr()
         for key in UPDATE_METRIC_KEYS:
             out.setdefault(key, 0.0)
         return out

@@ -53,7 +53,7 @@ from .common import (
     load_frozen_reference,
     logits_forward,
 )
-from .reference import check_reference_memory
+from .reference_memory import check_reference_memory
 
 #: Sub-folder of a checkpoint directory holding DeepSpeed's own state (partitioned optimizer
 #: states, per rank); the HF model files sit next to it.

@@ -26,7 +26,7 @@ from .common import (
     logits_forward,
     split_causal_lm,
 )
-from .reference import check_reference_memory
+from .reference_memory import check_reference_memory
 
 OPTIMIZER_FILE = "optimizer.pt"
 _FORMAT = "trainer.backends.torch/1"

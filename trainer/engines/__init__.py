@@ -17,7 +17,8 @@ from trainer.hf_utils import check_model_path
 if TYPE_CHECKING:
     from trainer.interfaces import RolloutEngine, SamplingParams
 
-__all__ = ["EngineConfig", "EngineError", "check_sampling_params", "create_engine", "eos_token_ids"]
+__all__ = ["EngineConfig", "EngineError", "check_sampling_params", "create_engine", "eos_token_ids",
+           "standalone_engine"]
 
 
 class EngineError(RuntimeError):
@@ -44,13 +45,15 @@ class EngineConfig:
     sets only how finely completions stream to the verifier, not the batch size (no
     speed/overlap trade-off). Seeding: one seed for the whole call. Default False: one
     ``generate`` per chunk (the behaviour before issue 17)."""
-    dtype: str = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Weights/compute dtype for the engine's model copy: "auto" (the checkpoint's dtype; vLLM
     may pick bfloat16 for float32 checkpoints on GPU), "float32", "bfloat16" or "float16".
     Use "float32" when rollout and trainer log-probs must agree to ~1e-6 (tests)."""
     gpu_memory_utilization: float = 0.5
     """vLLM only, fraction in (0, 1]: share of GPU memory vLLM may use for weights + KV cache.
-    Default 0.5 because the trainer (DeepSpeed) shares the GPU. Ignored on CPU, where vLLM
+    Default 0.5 in ``trainer run``, where the trainer (DeepSpeed) shares the GPU; 0.9 in
+    ``trainer eval`` and ``trainer filter``, where nothing does (:func:`standalone_engine`).
+    Ignored on CPU, where vLLM
     would read it as a share of RAM: there ``kv_cache_gib`` sizes the cache instead."""
     kv_cache_gib: float | None = None
     """vLLM only, GiB: explicit KV-cache size. None = sized by ``gpu_memory_utilization`` on
@@ -62,7 +65,8 @@ class EngineConfig:
     enable_sleep_mode: bool = True
     """vLLM on GPU: ``sleep()`` offloads weights and drops the KV cache between rollout
     phases so the training step has the memory; ``wake_up()`` brings them back. No-op (with a
-    debug log) on CPU and for the HF engine."""
+    debug log) on CPU and for the HF engine. Default True in ``trainer run``; False in
+    ``trainer eval`` and ``trainer filter`` (no training step needs the memory)."""
     tensor_parallel_size: int = 1
     """vLLM only, GPUs (ranks) per engine, >= 1. Default 1. Under a multi-rank launcher
     (``deepspeed --num_gpus N``) it must divide N: each group of this many consecutive ranks
@@ -106,6 +110,13 @@ class EngineConfig:
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError("engine.dtype must be one of auto, float32, bfloat16, float16; "
                              f"got {self.dtype!r}")
+
+
+def standalone_engine() -> EngineConfig:
+    """The engine defaults of ``trainer eval`` and ``trainer filter``: the engine has the GPU to
+    itself (no trainer beside it), so vLLM may take 0.9 of its memory and never sleeps. Every
+    other field keeps :class:`EngineConfig`'s default."""
+    return EngineConfig(gpu_memory_utilization=0.9, enable_sleep_mode=False)
 
 
 def create_engine(config: EngineConfig, model_path: str | Path, tokenizer: Any) -> RolloutEngine:
