@@ -294,21 +294,25 @@ def test_zlib_bomb_row_is_not_judged_and_the_run_goes_on(
                                 {"question_id": "abc400_a", "code_list": [ADD, SUB]}]))
     per_response = tmp_path / "per_response.jsonl"
 
-    # Without --allow-errors: everything else is scored, the row is named, exit 1, no summary.
+    # Without --allow-errors: everything else is scored, the row is named as not judged and
+    # left out of every number, the summary written, exit 3.
     code, s = run(tmp_path, server[1], [problems], gens, "--results-output", str(per_response))
-    err = " ".join(capsys.readouterr().err.split())
-    assert code == 1 and s is None
-    assert "1 problems could not be judged ('bomb_1'" in err
-    assert "private_test_cases" in err and "inflate past 1048576 bytes" in err
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 3 and s is not None
+    assert "not judged: problem 'bomb_1' (2 responses, left out of every number)" in out
+    assert "private_test_cases" in out and "inflate past 1048576 bytes" in out
+    assert s["by_problem"] == {"abc400_a": [True, False]} and s["errors"] == {}
+    assert s["n_not_judged"] == 1 and s["n_not_judged_responses"] == 2
+    assert s["lcb"]["n_problems"] == 1 and s["lcb"]["pass@1"] == pytest.approx(0.5)
     records = [json.loads(line) for line in per_response.read_text().splitlines()]
     assert [(r["id"], r["status"]) for r in records] == [
         ("abc400_a", "CORRECT"), ("abc400_a", "INCORRECT"),
         ("bomb_1", "INVALID_INPUT"), ("bomb_1", "INVALID_INPUT")]
     assert "not judged" in records[2]["detail"] and records[2]["profile"] == ""
 
-    # With --allow-errors: the summary counts it as not judged (its responses incorrect).
+    # With --allow-errors: its responses count as incorrect; still exit 3 (not judged).
     code, s = run(tmp_path, server[1], [problems], gens, "--allow-errors")
-    assert code == 0 and s is not None
+    assert code == 3 and s is not None
     assert s["by_problem"] == {"abc400_a": [True, False], "bomb_1": [False, False]}
     assert s["n_not_judged"] == 1
     [entry] = s["not_judged"]
@@ -317,7 +321,8 @@ def test_zlib_bomb_row_is_not_judged_and_the_run_goes_on(
     assert s["errors"] == {"INVALID_INPUT": 2} and s["errors_counted_as_incorrect"]
     assert s["profiles"] == {"-": 2, "lcb": 2}       # the bomb's items were never sent
     assert s["lcb"]["n_problems"] == 2 and s["lcb"]["pass@1"] == pytest.approx(0.25)
-    assert "not judged: problem 'bomb_1'" in capsys.readouterr().out
+    assert "not judged: problem 'bomb_1' (2 responses, counted as incorrect)" in " ".join(
+        capsys.readouterr().out.split())
 
 
 def test_bomb_outside_the_window_is_never_decoded(tmp_path: Path, server,
@@ -370,10 +375,25 @@ def test_deeply_nested_problem_rows_are_bad_rows(tmp_path: Path, server,
         {"id": "deep_gt", "responses": ["x", "y"]},
         {"id": "ghost", "responses": ["x", "y"]},     # maybe line 2's: its id cannot be read
     ])
+    # Without --skip-invalid: every bad row is not judged, named with its file and line; the
+    # generations of those naming their id are counted with them; the run goes on, exit 3.
     code, s = run(tmp_path, server[1], [problems], gens)
-    err = " ".join(capsys.readouterr().err.split())
-    assert code == 1 and s is None        # an error naming the file and line, no traceback
-    assert "problems.jsonl: line 2: not valid JSON: nested too deeply" in err
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 3 and s is not None    # no traceback, no early end
+    assert s["by_problem"] == {"m1": [True, False]}
+    assert s["missing_generations"] == ["deep_math"]
+    entries = {e["where"].rsplit(": ", 1)[1]: e for e in s["not_judged"]}
+    assert sorted(entries) == ["line 2", "line 3", "line 4", "line 5"]
+    assert [(entries[f"line {n}"]["id"], entries[f"line {n}"]["n_responses"])
+            for n in (2, 3, 4, 5)] == [(None, 0), ("deep_lcb", 2), ("deep_gt", 2),
+                                       ("deep_args", 0)]
+    for e in entries.values():
+        assert "nested too deeply" in e["reason"], e
+    assert s["n_not_judged"] == 4 and s["n_not_judged_responses"] == 4
+    assert s["skipped_rows"] == 0 and s["generations_of_skipped_rows"] == []
+    assert s["unmatched_generations"] == ["ghost"]   # maybe line 2's: named, left out
+    assert "problems.jsonl: line 2: not valid JSON: nested too deeply" in out
+    assert "4 rows were not judged (4 responses); exit status 3" in out
 
     code, s = run(tmp_path, server[1], [problems], gens, "--skip-invalid")
     assert code == 0 and s is not None
@@ -419,3 +439,131 @@ def test_deeply_nested_or_undecodable_generations(tmp_path: Path, files: dict[st
     err = " ".join(capsys.readouterr().err.split())
     assert code == 1 and s is None
     assert "custom.json: whole file: not valid JSON: nested too deeply" in err
+
+
+def test_bad_ground_truth_row_is_not_judged_with_its_generations(
+        tmp_path: Path, server, capsys: pytest.CaptureFixture[str]) -> None:
+    # The issue's case: a row whose ground truth cannot be parsed, named by the generations.
+    # The plain command finishes: the row is not judged (its generations counted and named),
+    # the rest is scored, exit 3; with --skip-invalid the row and its generations are skipped.
+    bad = lcb_row("bad_gt", "atcoder", "easy", "2024-09-14T00:00:00")
+    bad["public_test_cases"] = json.dumps([{"input": "1\n", "output": "2\n",
+                                            "testtype": "stdin"}, {"oops": 1}])
+    problems = write_lines(tmp_path / "rows.jsonl", [LCB_ROWS[0], bad])
+    gens = tmp_path / "custom.json"
+    gens.write_text(json.dumps([{"question_id": "abc400_a", "code_list": [ADD]},
+                                {"question_id": "bad_gt", "code_list": [ADD, ADD, SUB]}]))
+    code, s = run(tmp_path, server[1], [problems], gens)
+    assert code == 3 and s is not None
+    assert s["by_problem"] == {"abc400_a": [True]} and s["pass@1"] == 1.0
+    [entry] = s["not_judged"]
+    assert entry["id"] == "bad_gt" and entry["n_responses"] == 3
+    assert entry["where"].endswith("rows.jsonl: line 2")
+    assert "rows.jsonl: line 2:" in entry["reason"]
+    assert s["lcb"]["n_problems"] == 1
+
+    code, s = run(tmp_path, server[1], [problems], gens, "--allow-errors")
+    assert code == 3 and s is not None
+    assert s["by_problem"] == {"abc400_a": [True], "bad_gt": [False, False, False]}
+    assert s["lcb"]["n_problems"] == 2          # the row's question was still read
+    assert s["lcb"]["pass@1"] == pytest.approx(0.5)
+
+    code, s = run(tmp_path, server[1], [problems], gens, "--skip-invalid")
+    assert code == 0 and s is not None
+    assert s["by_problem"] == {"abc400_a": [True]} and s["n_not_judged"] == 0
+    assert s["generations_of_skipped_rows"] == ["bad_gt"]
+
+    # Every row bad: still a summary (no numbers), exit 3
+    only_bad = write_lines(tmp_path / "only_bad.jsonl", [bad])
+    only_gens = tmp_path / "only_bad.json"
+    only_gens.write_text(json.dumps([{"question_id": "bad_gt", "code_list": [ADD]}]))
+    code, s = run(tmp_path, server[1], [only_bad], only_gens)
+    assert code == 3 and s is not None
+    assert s["n_problems"] == 0 and s["pass@1"] is None and s["n_not_judged"] == 1
+    capsys.readouterr()
+
+
+# --------------------------------------------------------------------------------------------
+# Integers past Python's 4,300 digits in ground truth: parsed, sent and judged as the profile
+# says (verifier/bigint.py), in eval, on the client and on the server, never by raising the
+# process-wide limit
+# --------------------------------------------------------------------------------------------
+
+BIG_EXP = 5224
+BIG_PROGRAM = ("class Solution:\n    def big(self, n: int) -> int:\n"
+               "        return 10 ** n + 12345\n")
+
+
+def big_digits() -> str:
+    """The 5,225 digits of 10**5224 + 12345, written without the interpreter's conversion."""
+    return "1" + "0" * (BIG_EXP - 5) + "12345"
+
+
+def test_a_5225_digit_expected_output_through_the_real_client(server) -> None:
+    import sys
+
+    from verifier.client import VerifierClient
+
+    limit = sys.get_int_max_str_digits()
+    big = 10**BIG_EXP + 12345
+    text = big_digits()
+    assert len(text) == 5225
+    items = [
+        # The issue's row: a functional test whose expected output is a JSON string of it.
+        {"id": "lcb-text", "domain": "code", "profile": "lcb",
+         "response": f"```python\n{BIG_PROGRAM}```",
+         "ground_truth": {"inputs": [str(BIG_EXP)], "outputs": [text], "fn_name": "big"}},
+        # The same as a Python int in the ground truth (TACO-style outputs): the client must
+        # write it on the wire (json.dumps alone raises past 4,300 digits).
+        {"id": "lcb-int", "domain": "code", "profile": "lcb",
+         "response": f"```python\n{BIG_PROGRAM}```",
+         "ground_truth": {"inputs": [[BIG_EXP]], "outputs": [big], "fn_name": "big"}},
+        {"id": "default-int", "domain": "code", "profile": "default",
+         "response": f"```python\n{BIG_PROGRAM}```",
+         "ground_truth": {"inputs": [[BIG_EXP]], "outputs": [big], "fn_name": "big"}},
+        {"id": "default-text", "domain": "code", "profile": "default",
+         "response": f"```python\n{BIG_PROGRAM}```",
+         "ground_truth": {"inputs": [str(BIG_EXP)], "outputs": [text], "fn_name": "big"}},
+        {"id": "lcb-stdin", "domain": "code", "profile": "lcb",
+         "response": f"```python\nprint(10 ** int(input()) + 12345)\n```",
+         "ground_truth": {"inputs": [f"{BIG_EXP}\n"], "outputs": [text + "\n"]}},
+    ]
+    with VerifierClient(server[1]) as client:
+        results = {r.id: r for r in client.score(items)}
+    assert sys.get_int_max_str_digits() == limit        # never raised for the process
+    for name in ("lcb-text", "lcb-int", "lcb-stdin"):
+        assert results[name].status.value == "CORRECT", results[name]
+    # The default profile keeps Python's 4,300 digits where text becomes an int: the JSON
+    # text of the expected output is refused there; an int already in the ground truth is data
+    # (compared as a value, never converted), so it is judged under every profile.
+    assert results["default-text"].status.value == "INVALID_INPUT", results["default-text"]
+    assert "4300" in results["default-text"].detail
+    assert results["default-int"].status.value == "CORRECT", results["default-int"]
+
+
+def test_a_5225_digit_ground_truth_in_every_row_format_through_eval(tmp_path: Path,
+                                                                    server) -> None:
+    text = big_digits()
+    lcb_big = lcb_row("big_lcb", "leetcode", "hard", "2024-09-14T00:00:00", fn="big")
+    lcb_big["public_test_cases"] = json.dumps([{"input": str(BIG_EXP), "output": text,
+                                                "testtype": "functional"}])
+    lcb_big["private_test_cases"] = compressed([{"input": "3", "output": "13345",
+                                                 "testtype": "functional"}])
+    # A plain row with the integer as a JSON number (read with json_loads_digits), and a verl
+    # row whose ground truth is JSON text holding it: both become Python ints the client sends.
+    gt = '{"inputs": [[%d]], "outputs": [%s], "fn_name": "big"}' % (BIG_EXP, text)
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text('{"id": "big_plain", "domain": "code", "ground_truth": ' + gt + "}\n")
+    verl = tmp_path / "verl.parquet"
+    pq.write_table(pa.Table.from_pylist([
+        {"data_source": "taco", "prompt": [{"role": "user", "content": "Big."}],
+         "ability": "code", "reward_model": {"ground_truth": gt, "style": "rule"},
+         "extra_info": {"index": 1}}]), verl)
+    problems = write_lines(tmp_path / "rows.jsonl", [lcb_big])
+    gens = tmp_path / "custom.json"
+    gens.write_text(json.dumps([{"question_id": q, "code_list": [BIG_PROGRAM]}
+                                for q in ("big_lcb", "big_plain", "taco-1")]))
+    code, s = run(tmp_path, server[1], [problems, plain, verl], gens)
+    assert code == 0 and s is not None, s
+    assert s["by_problem"] == {"big_lcb": [True], "big_plain": [True], "taco-1": [True]}
+    assert s["n_not_judged"] == 0

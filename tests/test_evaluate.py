@@ -219,12 +219,43 @@ def test_different_n_per_problem(tmp_path: Path) -> None:
         run_eval(config(tmp_path, rows, k=0))
 
 
-def test_malformed_line_fails_naming_file_and_line(tmp_path: Path) -> None:
-    rows = [three_problems()[0], "{not json", three_problems()[1]]
-    cfg = config(tmp_path, rows)
-    with pytest.raises(VerifierError, match=r"gen\.jsonl line 2: not valid JSON"):
-        run_eval(cfg)
-    assert not cfg.output.exists()
+def test_malformed_lines_are_not_judged_and_the_run_goes_on(tmp_path: Path) -> None:
+    # Without --skip-invalid a malformed line is NOT JUDGED: named with its file, line, reason
+    # and responses; a line whose id and responses can be read keeps them (its generations are
+    # counted); the rest is scored and the summary written; exit_code says 3.
+    from verifier.evaluate import EXIT_NOT_JUDGED, exit_code
+
+    p1, p2, p3 = three_problems()
+    no_truth = {"id": "nt", "domain": "math", "responses": [RIGHT % "1", WRONG, WRONG]}
+    rows = [p1, "{not json", p2, no_truth, p3, dict(p3)]   # line 6 repeats p3's id
+    per_response = tmp_path / "per_response.jsonl"
+    cfg = config(tmp_path, rows, results_output=per_response)
+    summary = run_eval(cfg)
+    check_three_problems(summary)                           # the numbers leave them out
+    assert json.loads(cfg.output.read_text()) == summary
+    assert exit_code(summary) == EXIT_NOT_JUDGED == 3
+    assert summary["n_not_judged"] == 3 and summary["n_not_judged_responses"] == 3 + 4
+    by_line = {e["line"]: e for e in summary["not_judged"]}
+    assert sorted(by_line) == [2, 4, 6]
+    assert by_line[2]["id"] is None and by_line[2]["n_responses"] == 0
+    assert "gen.jsonl line 2: not valid JSON" in by_line[2]["reason"]
+    assert by_line[2]["where"].endswith("gen.jsonl: line 2")
+    assert by_line[4]["id"] == "nt" and by_line[4]["n_responses"] == 3
+    assert "ground_truth" in by_line[4]["reason"]
+    assert by_line[6]["id"] == "p3" and by_line[6]["n_responses"] == 4
+    assert "duplicate problem id 'p3' (first on line 5)" in by_line[6]["reason"]
+    assert "nt" not in summary["by_problem"] and not summary["not_judged_counted_as_incorrect"]
+    records = [json.loads(line) for line in per_response.read_text().splitlines()]
+    nt = [r for r in records if r["id"] == "nt"]
+    assert [r["status"] for r in nt] == ["INVALID_INPUT"] * 3   # its generations, unsent
+    assert all("not judged" in r["detail"] for r in nt)
+
+    # --allow-errors counts the responses of the problem it could keep as incorrect
+    summary = run_eval(config(tmp_path, rows, allow_errors=True))
+    assert summary["by_problem"]["nt"] == [False, False, False]
+    assert summary["n_problems"] == 4 and summary["not_judged_counted_as_incorrect"]
+    assert summary["k"] == 3 and summary["avg@k"] == pytest.approx((1 / 3 + 1 + 0 + 0) / 4)
+    assert exit_code(summary) == 3
 
 
 def test_skip_invalid_counts_skipped_lines(tmp_path: Path) -> None:
@@ -299,9 +330,17 @@ def test_cli_eval(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
     bad = write_jsonl(tmp_path / "bad.jsonl", [three_problems()[0], "nope"])
     argv = ["eval", "-i", str(bad), "-o", str(tmp_path / "bad.json"), "--progress", "off"]
-    assert main(argv) == 1
-    assert "bad.jsonl line 2" in capsys.readouterr().err
-    assert not (tmp_path / "bad.json").exists()
+    assert main(argv) == 3                       # finished, one row not judged
+    out = " ".join(capsys.readouterr().out.split())
+    assert "not judged: a row naming no problem" in out and "bad.jsonl line 2" in out
+    assert "1 rows were not judged (0 responses); exit status 3" in out
+    assert json.loads((tmp_path / "bad.json").read_text())["by_problem"] == {
+        "p1": [True, False, False, False]}
+    assert main([*argv, "--skip-invalid"]) == 0  # asked to skip: skipped, exit 0
+
+    # a run that cannot start at all is still 1
+    missing = ["eval", "-i", str(tmp_path / "nope.jsonl"), "-o", str(tmp_path / "x.json")]
+    assert main([*missing, "--progress", "off"]) == 1
 
 
 def test_undecodable_lines_are_bad_lines(tmp_path: Path) -> None:
@@ -316,10 +355,12 @@ def test_undecodable_lines_are_bad_lines(tmp_path: Path) -> None:
                                  b'{"id": "u", "responses": ["\xff"]}',
                                  json.dumps(p3).encode()]) + b"\n")
     cfg = EvalConfig(input=path, output=tmp_path / "summary.json", progress="off")
-    with pytest.raises(VerifierError, match=r"gen\.jsonl line 2: not valid JSON: nested too "
-                                            r"deeply.*--skip-invalid"):
-        run_eval(cfg)
-    assert not cfg.output.exists()
+    summary = run_eval(cfg)
+    check_three_problems(summary)
+    reasons = {e["line"]: e["reason"] for e in summary["not_judged"]}
+    assert list(reasons) == [2, 4, 5]
+    assert "gen.jsonl line 2: not valid JSON: nested too deeply" in reasons[2]
+    assert "not UTF-8" in reasons[5]
 
     cfg.skip_invalid = True
     summary = run_eval(cfg)
@@ -339,17 +380,17 @@ def test_problem_over_the_ground_truth_cap_is_not_judged(
     rows = three_problems() + [problem("big", "9" * 200, [True, True], "aime25")]
     per_response = tmp_path / "per_response.jsonl"
     cfg = config(tmp_path, rows, results_output=per_response)
-    with pytest.raises(VerifierError, match=r"1 problems could not be judged \('big': the "
-                                            r"ground truth is 202 characters of JSON, over "
-                                            r"the verifier's cap of 100\)"):
-        run_eval(cfg)
-    assert not cfg.output.exists()
+    summary = run_eval(cfg)          # never a failure: not judged, left out, summary written
+    check_three_problems(summary)
+    assert summary["n_not_judged"] == 1 and "big" not in summary["by_problem"]
     records = [json.loads(line) for line in per_response.read_text().splitlines()]
     assert [r["status"] for r in records[-2:]] == ["INVALID_INPUT", "INVALID_INPUT"]
     assert len(records) == 14   # the other problems were scored all the same
 
     summary = run_eval(config(tmp_path, rows, allow_errors=True))
-    assert summary["not_judged"] == [{"id": "big", "line": 4, "n_responses": 2,
+    assert summary["not_judged"] == [{"id": "big", "line": 4,
+                                      "where": str(tmp_path / "gen.jsonl") + ": line 4",
+                                      "n_responses": 2,
                                       "reason": "the ground truth is 202 characters of JSON, "
                                                 "over the verifier's cap of 100"}]
     assert summary["n_not_judged"] == 1
@@ -365,3 +406,4 @@ def test_eval_help_says_what_the_flags_do(capsys: pytest.CaptureFixture[str]) ->
     text = " ".join(capsys.readouterr().out.split())
     assert "nested too deeply" in text                        # --skip-invalid
     assert "not_judged" in text and "never sent" in text      # --allow-errors
+    assert "Exit status: 0 every row judged; 3" in text

@@ -17,10 +17,13 @@ parsed, as well as inside the sandbox.
 from __future__ import annotations
 
 import json
+import re
+import secrets
 import sys
 from typing import Any, Callable
 
-__all__ = ["MAX_INT_DIGITS", "int_from_digits", "int_to_digits", "json_loads_digits"]
+__all__ = ["MAX_INT_DIGITS", "int_from_digits", "int_to_digits", "json_dumps_digits",
+           "json_loads_digits"]
 
 MAX_INT_DIGITS = 50_000
 """The most digits any judging profile lets an integer of a ground truth have (LiveCodeBench's
@@ -90,3 +93,44 @@ def json_loads_digits(text: str | bytes, max_digits: int | None) -> Any:
         return json.loads(text)
     parse_int: Callable[[str], int] = lambda s: int_from_digits(s, max_digits)  # noqa: E731
     return json.loads(text, parse_int=parse_int)
+
+
+def json_dumps_digits(obj: Any, max_digits: int | None, **kwargs: Any) -> str:
+    """``json.dumps(obj, **kwargs)`` where integers (values, and keys of dicts) may have up to
+    ``max_digits`` digits (None: the interpreter's limit, as plain ``json.dumps``): the client
+    side of the wire writes the ground truths :func:`json_loads_digits` reads. ValueError past
+    ``max_digits``; RecursionError for an object nested too deeply, as ``json.dumps``.
+
+    The common case costs one ``json.dumps``; only when it refuses an integer are the large
+    ones put in as digits, through placeholder strings named by a random token that are then
+    replaced in the text (and the text checked to hold each exactly once)."""
+    try:
+        return json.dumps(obj, **kwargs)
+    except ValueError:
+        if max_digits is None:
+            raise
+    token = secrets.token_hex(12)
+    digits: list[str] = []
+
+    def big(v: Any) -> bool:
+        return type(v) is not bool and isinstance(v, int) and not -(10**_CHUNK) < v < 10**_CHUNK
+
+    def placeholder(v: int) -> str:
+        digits.append(int_to_digits(int(v), max_digits))
+        return f"{token}:{len(digits) - 1}"
+
+    def swap(v: Any) -> Any:
+        if big(v):
+            return placeholder(v)
+        if isinstance(v, dict):
+            return {(int_to_digits(int(k), max_digits) if big(k) else k): swap(x)
+                    for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [swap(x) for x in v]
+        return v
+
+    text = json.dumps(swap(obj), **kwargs)
+    found = re.findall(f'"{token}:(\\d+)"', text)
+    if sorted(map(int, found)) != list(range(len(digits))):  # cannot happen: a fresh token
+        raise ValueError("integer placeholders did not survive encoding")
+    return re.sub(f'"{token}:(\\d+)"', lambda m: digits[int(m.group(1))], text)

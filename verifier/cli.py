@@ -20,8 +20,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from verifier.bigint import MAX_INT_DIGITS, json_loads_digits
 from verifier.client import ClientConfig, VerifierClient
-from verifier.evaluate import EvalConfig, print_report, run_eval
+from verifier.evaluate import EvalConfig, exit_code, print_report, run_eval
 from verifier.items import (Item, Limits, Outcome, Result, Status, VerifierError, invalid,
                             item_from_dict)
 from verifier.logs import setup_logging
@@ -71,7 +72,7 @@ def read_items(path: Path) -> Iterator[Item | tuple[str, Outcome]]:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = json_loads_digits(line, MAX_INT_DIGITS)  # any profile's integers
             except RecursionError:  # json's depth bound: thousands of brackets on one line
                 yield f"line{lineno}", invalid(f"{path.name} line {lineno}: JSON nested too deeply")
                 continue
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                                       soft_wrap=True)
             return 1
         print_report(summary, Console())
-        return 0
+        return exit_code(summary)  # 3 when rows were not judged (verifier.evaluate)
     results = run_check(config)
     Console().print(summary_table(results))
     return 0

@@ -79,7 +79,7 @@ from .output_compare import (
     stdout_identical,
 )
 from .pool import DeadlineExceeded, TaskFailed, WorkerDied
-from .profiles import PROFILE_TABLE, Profile
+from .profiles import DEFAULT_MAX_OUTPUT_MB, PROFILE_TABLE, Profile
 
 # Runs fn(*args) within deadline_s seconds (raising DeadlineExceeded, TaskFailed or WorkerDied).
 RunBounded = Callable[[Callable[..., Any], tuple, float], Any]
@@ -528,6 +528,10 @@ def _score(
         )
     # The profile's preamble runs in the program's namespace before the program (and before
     # the evaluator's test code: both see the same names, as in the reference judges).
+    # A profile with no output cap of its own (lcb) gets the server's maximum (the Scorer
+    # puts it in, verifier.profiles.output_cap); called directly, the default maximum.
+    out_bytes = (profile.output_bytes if profile.output_bytes is not None
+                 else DEFAULT_MAX_OUTPUT_MB << 20)
     preamble = {"asserts": profile.assert_preamble,
                 "leetcode": profile.leetcode_preamble}.get(kind, profile.preamble)
     cfg = {
@@ -539,7 +543,7 @@ def _score(
         "sys_path": packages if profile.numpy else None,
         "test_timeout": tt,
         "memory_mb": memory_mb,
-        "output_bytes": profile.output_bytes,
+        "output_bytes": out_bytes,
         "lcb": profile.harness == "lcb",
         "stop_on_fail": stop_on_fail,
         "oom_is_memory": oom_is_memory,
@@ -570,7 +574,7 @@ def _score(
         wall_s=timeout,
         cpu_s=timeout + 1,
         memory_mb=memory_mb,
-        output_bytes=total * (profile.output_bytes + framing.ERR_TAIL + 4096) + (1 << 20),
+        output_bytes=total * (out_bytes + framing.ERR_TAIL + 4096) + (1 << 20),
     )
     try:
         files, entry = harness_files(sandbox)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from verifier.bigint import MAX_INT_DIGITS, json_loads_digits
+from verifier.bigint import MAX_INT_DIGITS, json_dumps_digits, json_loads_digits
 from verifier.items import (
     MAX_GROUND_TRUTH_CHARS,
     Item,
@@ -95,7 +95,9 @@ def item_to_proto(item: Item | dict[str, Any]) -> pb.Item:
         raise VerifierError(f"item {item.id!r}: 'domain' and 'response' must be strings",
                             "invalid_argument")
     try:
-        gt_json = json.dumps(item.ground_truth)
+        # Integers as large as any profile allows, written without raising the interpreter's
+        # limit (verifier/bigint.py): the server reads them back with json_loads_digits.
+        gt_json = json_dumps_digits(item.ground_truth, MAX_INT_DIGITS)
     except (TypeError, ValueError, RecursionError) as e:
         raise VerifierError(f"item {item.id!r}: ground_truth is not JSON: {e}",
                             "invalid_argument") from None

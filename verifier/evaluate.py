@@ -15,12 +15,18 @@ profile (``--lcb-profile``) and kept only inside the report's contest-date windo
 generation, are left out of every number and counted (and named) in the summary, never scored
 as 0. A generation naming no problem is an error listing them.
 
-One hostile row never ends a run: whatever a row makes the readers raise (JSON nested too deeply
-included) is that row's error, named by file and line, and skipped with ``--skip-invalid``. A
-problem that cannot be judged (a LiveCodeBench row whose tests inflate past
-``verifier.lcb.MAX_LCB_TESTS_BYTES``, a ground truth over the verifier's cap) is never sent: its
-responses become INVALID_INPUT results here, named in the summary's ``not_judged``, and like
-any response the verifier could not score they fail the command unless ``--allow-errors``.
+One row never ends a run. A row that cannot be judged (malformed: bad JSON or UTF-8, JSON
+nested too deeply, a bad field or ground truth; a LiveCodeBench row whose tests inflate past
+``verifier.lcb.MAX_LCB_TESTS_BYTES``; a ground truth over the verifier's cap) is NOT JUDGED: it
+is never sent, its generations (found by the id the row names) become INVALID_INPUT results
+here, and the summary names it in ``not_judged`` with its file and line, its number of
+responses and the reason, counts it (``n_not_judged``) and leaves it out of every number
+(``--allow-errors`` counts its responses as incorrect instead). The rest is scored and the
+summary written; the command then exits :data:`EXIT_NOT_JUDGED` (3), distinct from success (0),
+an error that stops the run (1: unreadable generations file, responses the verifier could not
+score without ``--allow-errors``, a crash) and bad flags (2). ``--skip-invalid`` keeps the
+older behaviour for malformed rows: skipped, named apart (``skipped``,
+``skipped_problem_rows``, ``generations_of_skipped_rows``), left out, exit 0.
 
 Each (problem, response j) becomes one verifier item with the wire id ``f"{line}:{j}"`` and is
 scored through the same code as ``verifier check`` (in-process ``Scorer``, or a running server
@@ -46,7 +52,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from verifier.bigint import MAX_INT_DIGITS, json_loads_digits
+from verifier.bigint import MAX_INT_DIGITS, json_dumps_digits, json_loads_digits
 from verifier.client import ClientConfig, VerifierClient
 from verifier.generations import Generation, read_generations_file
 from verifier.items import (MAX_GROUND_TRUTH_CHARS, NOT_A_VERDICT, Item, Limits, Result,
@@ -59,6 +65,17 @@ log = logging.getLogger(__name__)
 
 NO_SOURCE = "-"
 """The ``by_source`` key of problems without a ``data_source``."""
+
+EXIT_NOT_JUDGED = 3
+"""``verifier eval``'s exit status when the run finished and wrote its summary but some rows
+were not judged (``n_not_judged`` > 0). 0: everything judged; 1: an error that stopped the run
+(no summary), also Python's status for a crash; 2: bad flags."""
+
+
+def exit_code(summary: dict[str, Any]) -> int:
+    """The exit status of a finished ``verifier eval``: 0, or :data:`EXIT_NOT_JUDGED` when the
+    summary counts rows that were not judged."""
+    return EXIT_NOT_JUDGED if summary.get("n_not_judged") else 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,9 +185,12 @@ class EvalProblem:
     limits: Limits = field(default_factory=Limits)
     profile: str = ""
     """Judging profile of every response ("" = the server's default)."""
+    where: str = ""
+    """``"FILE: line N"`` / ``"FILE: row N"`` of the problem ("" when built elsewhere)."""
     unjudged: str = ""
     """Why this problem cannot be judged ("" when it can): its responses are never sent and
-    become INVALID_INPUT results with this reason (see :func:`mark_unjudgeable`)."""
+    become INVALID_INPUT results with this reason (see :func:`mark_unjudgeable`); it is left
+    out of every number unless errors are counted as incorrect (``--allow-errors``)."""
 
     def wire_id(self, j: int) -> str:
         """The unique id of response j on the wire (problem ids need not be unique strings)."""
@@ -210,11 +230,47 @@ def problem_from_dict(obj: Any, line: int) -> EvalProblem | str:
 
 @dataclass
 class Generations:
-    """A parsed generations file: its problems, and the lines skipped with ``--skip-invalid``."""
+    """A parsed generations file: its problems (those that cannot be judged marked
+    ``unjudged``), the lines skipped with ``--skip-invalid``, and the malformed lines that name
+    no problem that could be kept."""
 
     problems: list[EvalProblem]
     skipped: list[dict[str, Any]] = field(default_factory=list)
     """``{"line": int, "reason": str}`` per skipped line."""
+    not_judged: list[dict[str, Any]] = field(default_factory=list)
+    """``{"id": str | None, "line": int, "n_responses": int, "reason": str}`` per malformed
+    line that is no problem of its own (no readable id or responses, a duplicate id); without
+    ``--skip-invalid`` only."""
+
+
+def _salvage(data: bytes, line: int, reason: str) -> EvalProblem | dict[str, Any]:
+    """A malformed line as a problem that is not judged (its id and responses readable), or
+    as a not-judged entry naming what it can. Never raises."""
+    pid: str | None = None
+    responses: list[str] | None = None
+    obj: Any = None
+    try:
+        obj = json_loads_digits(data.decode("utf-8"), MAX_INT_DIGITS)
+        if isinstance(obj, dict):
+            raw = obj.get("id")
+            if isinstance(raw, (str, int)) and not isinstance(raw, bool):
+                pid = str(raw)
+            rs = obj.get("responses")
+            if isinstance(rs, list) and rs and all(isinstance(r, str) for r in rs):
+                responses = list(rs)
+    except Exception:  # noqa: BLE001 - whatever the line is, it names nothing more
+        pass
+    if pid is None or responses is None:
+        n = len(responses) if responses is not None else 0
+        return {"id": pid, "line": line, "n_responses": n, "reason": reason}
+    assert isinstance(obj, dict)
+    domain = obj.get("domain") if obj.get("domain") in ("math", "code") else "math"
+    source = obj.get("data_source") if isinstance(obj.get("data_source"), str) else ""
+    return EvalProblem(line, pid, str(domain), None, source, responses, unjudged=reason)
+
+
+def _where(path: Path, line: int) -> str:
+    return f"{path}: line {line}"
 
 
 def _problem_from_line(data: bytes, line: int) -> EvalProblem | str | None:
@@ -243,14 +299,21 @@ def _problem_from_line(data: bytes, line: int) -> EvalProblem | str | None:
 
 def read_generations(path: Path, skip_invalid: bool = False) -> Generations:
     """Parse a generations JSONL. A malformed line (bad JSON or UTF-8, JSON nested too deeply,
-    missing fields, a duplicate problem id) raises VerifierError("invalid_argument") naming the
-    file and line, or with ``skip_invalid`` is skipped and recorded. Blank lines are ignored."""
+    missing fields, a duplicate problem id) is not judged: a problem marked ``unjudged`` when
+    its id (not a duplicate) and responses can be read, else an entry of
+    ``Generations.not_judged``; with ``skip_invalid`` it is skipped and recorded instead.
+    Blank lines are ignored."""
     problems: list[EvalProblem] = []
     skipped: list[dict[str, Any]] = []
+    not_judged: list[dict[str, Any]] = []
     first_line: dict[str, int] = {}
     # Bytes, decoded line by line: a line that is not UTF-8 is that line's problem, where a
     # text file object would raise from the loop itself.
-    with path.open("rb") as f:
+    try:
+        f = path.open("rb")
+    except OSError as e:
+        raise VerifierError(f"cannot read {path}: {e.strerror or e}", "invalid_argument") from None
+    with f:
         for lineno, data in enumerate(f, 1):
             parsed = _problem_from_line(data, lineno)
             if parsed is None:
@@ -258,24 +321,45 @@ def read_generations(path: Path, skip_invalid: bool = False) -> Generations:
             if isinstance(parsed, EvalProblem) and parsed.id in first_line:
                 first = first_line[parsed.id]
                 parsed = f"duplicate problem id {parsed.id!r} (first on line {first})"
+            if isinstance(parsed, str) and not skip_invalid:
+                log.warning("line %s of %s is not judged: %s", lineno, path, parsed,
+                            extra={"file": str(path), "line": lineno, "reason": parsed})
+                salvaged = _salvage(data, lineno, f"{path} line {lineno}: {parsed}")
+                if isinstance(salvaged, EvalProblem) and salvaged.id not in first_line:
+                    salvaged.where = _where(path, lineno)
+                    first_line[salvaged.id] = lineno
+                    problems.append(salvaged)
+                elif isinstance(salvaged, EvalProblem):
+                    not_judged.append({"id": salvaged.id, "line": lineno,
+                                       "where": _where(path, lineno),
+                                       "n_responses": len(salvaged.responses),
+                                       "reason": salvaged.unjudged})
+                else:
+                    not_judged.append({**salvaged, "where": _where(path, lineno)})
+                continue
             if isinstance(parsed, str):
-                if not skip_invalid:
-                    raise VerifierError(
-                        f"{path} line {lineno}: {parsed} (use --skip-invalid to skip such lines)",
-                        "invalid_argument",
-                    )
                 log.warning("skipping malformed line %s of %s: %s", lineno, path, parsed,
                             extra={"file": str(path), "line": lineno, "reason": parsed})
                 skipped.append({"line": lineno, "reason": parsed})
                 continue
             first_line[parsed.id] = lineno
+            parsed.where = _where(path, lineno)
             problems.append(parsed)
-    return Generations(problems, skipped)
+    return Generations(problems, skipped, not_judged)
 
 
-def resolve_k(problems: Sequence[EvalProblem], k: int | None) -> int:
+def counted(problems: Sequence[EvalProblem], allow_errors: bool) -> list[EvalProblem]:
+    """The problems the numbers are over: all that can be judged, and those that cannot too
+    when errors count as incorrect (``allow_errors``)."""
+    return [p for p in problems if allow_errors or not p.unjudged]
+
+
+def resolve_k(problems: Sequence[EvalProblem], k: int | None, allow_empty: bool = False) -> int:
     """The k to report: the given one, or the smallest number of responses of any problem.
-    Raises VerifierError("invalid_argument") when k < 1 or some problem has fewer than k."""
+    Raises VerifierError("invalid_argument") when k < 1 or some problem has fewer than k, and
+    for no problems at all unless ``allow_empty`` (then k, or 1)."""
+    if not problems and allow_empty and (k is None or k >= 1):
+        return k or 1
     if not problems:
         raise VerifierError("no problems to evaluate", "invalid_argument")
     if k is None:
@@ -304,7 +388,7 @@ def mark_unjudgeable(problems: Sequence[EvalProblem]) -> None:
         if p.unjudged:
             continue
         try:
-            n = len(json.dumps(p.ground_truth))
+            n = len(json_dumps_digits(p.ground_truth, MAX_INT_DIGITS))  # as the client sends it
         except (TypeError, ValueError, RecursionError) as e:
             p.unjudged = f"the ground truth cannot be sent as JSON: {type(e).__name__}: {e}"
             continue
@@ -365,10 +449,12 @@ def _group_summary(problems: Sequence[EvalProblem], results: dict[str, Result], 
     verdicts = [[results[p.wire_id(j)].correct for j in range(len(p.responses))] for p in problems]
     statuses = Counter(results[p.wire_id(j)].status.value
                        for p in problems for j in range(len(p.responses)))
+    none = {"avg@k": None, "pass@1": None, "pass@k": None,
+            "stderr": {"avg@k": None, "pass@1": None, "pass@k": None}}
     return {
         "n_problems": len(problems),
         "n_responses": sum(len(v) for v in verdicts),
-        **metrics(verdicts, k),
+        **(metrics(verdicts, k) if verdicts else none),
         "errors": {s.value: statuses[s.value] for s in NOT_A_VERDICT if statuses[s.value]},
         "statuses": dict(sorted(statuses.items())),
     }
@@ -380,6 +466,7 @@ def summarize(
     k: int,
     skipped: Sequence[dict[str, Any]] = (),
     allow_errors: bool = False,
+    not_judged_rows: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """The summary JSON: overall metrics, ``by_source`` (the same per data source), error
     counts, how many lines were skipped, ``by_problem`` (each problem's verdicts in
@@ -387,12 +474,19 @@ def summarize(
     each judging profile; "-" for those that never reached a scorer). Responses with an error
     status count as incorrect here; ``errors_counted_as_incorrect`` says whether any did.
     ``not_judged`` names the problems that could not be judged at all (their responses are
-    INVALID_INPUT errors, made without the verifier) and why."""
+    INVALID_INPUT errors, made without the verifier), then ``not_judged_rows`` (rows that are
+    no problem of their own), each with why; ``n_not_judged`` counts them all and
+    ``n_not_judged_responses`` their responses. Problems not judged are left out of every
+    number unless ``allow_errors`` (:func:`counted`; ``not_judged_counted_as_incorrect``)."""
+    unjudged = [p for p in problems if p.unjudged]
+    problems = counted(problems, allow_errors)
     overall = _group_summary(problems, results, k)
     groups: dict[str, list[EvalProblem]] = defaultdict(list)
     for p in problems:
         groups[p.data_source or NO_SOURCE].append(p)
-    ns = [len(p.responses) for p in problems]
+    ns = [len(p.responses) for p in problems] or [0]
+    not_judged = [{"id": p.id, "line": p.line, "where": p.where, "n_responses": len(p.responses),
+                   "reason": p.unjudged} for p in unjudged] + list(not_judged_rows)
     return {
         "k": k,
         "n_problems": overall["n_problems"],
@@ -413,9 +507,10 @@ def summarize(
         "profiles": dict(sorted(Counter(results[p.wire_id(j)].profile or NO_SOURCE
                                         for p in problems
                                         for j in range(len(p.responses))).items())),
-        "n_not_judged": sum(1 for p in problems if p.unjudged),
-        "not_judged": [{"id": p.id, "line": p.line, "n_responses": len(p.responses),
-                        "reason": p.unjudged} for p in problems if p.unjudged],
+        "n_not_judged": len(not_judged),
+        "n_not_judged_responses": sum(e["n_responses"] for e in not_judged),
+        "not_judged": not_judged,
+        "not_judged_counted_as_incorrect": bool(unjudged) and allow_errors,
     }
 
 
@@ -423,7 +518,9 @@ def error_message(
     problems: Sequence[EvalProblem], results: dict[str, Result], limit: int = 3
 ) -> str | None:
     """None when every response was scored; else a message with counts per error status and
-    the first few failing responses."""
+    the first few failing responses. Problems not judged at all (``unjudged``) are not counted
+    here: the summary reports them (``not_judged``) and the exit status says so."""
+    problems = [p for p in problems if not p.unjudged]
     failed = [(p, j, results[p.wire_id(j)]) for p in problems for j in range(len(p.responses))
               if results[p.wire_id(j)].status in NOT_A_VERDICT]
     if not failed:
@@ -434,13 +531,7 @@ def error_message(
         for p, j, r in failed[:limit]
     )
     total = sum(len(p.responses) for p in problems)
-    unjudged = [p for p in problems if p.unjudged]
-    head = ""
-    if unjudged:
-        named = "; ".join(f"{p.id!r}: {p.unjudged}" for p in unjudged[:limit])
-        more = f" and {len(unjudged) - limit} more" if len(unjudged) > limit else ""
-        head = f"{len(unjudged)} problems could not be judged ({named}{more}). "
-    return (f"{head}{len(failed)} of {total} responses could not be scored "
+    return (f"{len(failed)} of {total} responses could not be scored "
             f"({', '.join(f'{s}: {n}' for s, n in sorted(counts.items()))}), e.g. {examples}. "
             "Pass --allow-errors to count them as incorrect (--results-output lists them all).")
 
@@ -507,12 +598,16 @@ class Joined:
     unmatched_generations: list[str] = field(default_factory=list)
     """Ids of generations naming no problem, left out because rows whose id could not be read
     were skipped (they may be those rows'); otherwise such generations are an error."""
+    not_judged_rows: list[dict[str, Any]] = field(default_factory=list)
+    """Rows that cannot be judged and are no problem here (no generation names them), as
+    ``summarize``'s ``not_judged_rows`` entries."""
 
 
 def join_generations(rows: Loaded[ProblemRow], generations: Sequence[Generation],
                      lcb_profile: str, profile: str = "") -> Joined:
     """Match each generation to its problem by id. Problems keep the problems files' order
-    (rows too large to judge, ``rows.too_large``, in their place, marked ``unjudged``);
+    (rows that cannot be judged, ``rows.unjudged``, in their place, marked ``unjudged``; those
+    that no generation names in ``Joined.not_judged_rows``);
     responses keep the order given. LiveCodeBench problems are judged under ``lcb_profile``,
     the others under ``profile`` ("" = the server's default). Generations of rows skipped as
     invalid are left out and named. Raises VerifierError("invalid_argument") listing the
@@ -520,7 +615,7 @@ def join_generations(rows: Loaded[ProblemRow], generations: Sequence[Generation]
     (then they are left out and named: they may be those rows')."""
     skipped_ids = {r.id for r in rows.skipped_rows if r.id is not None}
     known = ({r.id for r in rows.problems} | {r.id for r in rows.outside_window}
-             | {e.problem.id for e in rows.too_large})
+             | {e.problem.id for e in rows.unjudged})
     unknown = [g for g in generations if g.id not in known and g.id not in skipped_ids]
     nameless_skipped = any(r.id is None for r in rows.skipped_rows)
     if unknown and not nameless_skipped:
@@ -534,29 +629,35 @@ def join_generations(rows: Loaded[ProblemRow], generations: Sequence[Generation]
                     extra={"unmatched_generations": len(unknown)})
     by_id = {g.id: g for g in generations}
     outside_ids = {r.id for r in rows.outside_window}
-    unjudged = {e.problem.where: str(e) for e in rows.too_large}
+    unjudged = {e.problem.where: str(e) for e in rows.unjudged}
     ordered = list(rows.problems)
-    for e in reversed(rows.too_large):  # back in file order (positions never decrease)
+    for e in reversed(rows.unjudged):  # back in file order (positions never decrease)
         ordered.insert(e.position, e.problem)
     problems: list[EvalProblem] = []
     lcb: dict[str, LcbQuestion] = {}
     missing: list[str] = []
+    not_judged_rows: list[dict[str, Any]] = []
     for row in ordered:
         gen = by_id.get(row.id)
+        why = unjudged.get(row.where, "")
+        if gen is None and why:
+            not_judged_rows.append({"id": row.id, "line": None, "where": row.where,
+                                    "n_responses": 0, "reason": why})
+            continue
         if gen is None:
             missing.append(row.id)
             continue
         prof = lcb_profile if row.lcb is not None else profile
-        why = unjudged.get(row.where, "")
         problems.append(EvalProblem(len(problems) + 1, row.id, row.domain, row.ground_truth,
-                                    row.data_source, list(gen.responses), Limits(), prof, why))
+                                    row.data_source, list(gen.responses), Limits(), prof,
+                                    row.where, why))
         if row.lcb is not None:
             lcb[row.id] = row.lcb
     mark_unjudgeable(problems)
     return Joined(problems, lcb, missing, len(rows.outside_window),
                   sum(1 for g in generations if g.id in outside_ids),
                   [g.id for g in generations if g.id in skipped_ids and g.id not in known],
-                  [g.id for g in unknown])
+                  [g.id for g in unknown], not_judged_rows)
 
 
 def _pass1_by(problems: Sequence[EvalProblem], results: dict[str, Result],
@@ -568,16 +669,17 @@ def _pass1_by(problems: Sequence[EvalProblem], results: dict[str, Result],
             for name, v in sorted(groups.items())}
 
 
-def lcb_breakdown(joined: Joined, results: dict[str, Result], profile: str) -> dict[str, Any]:
+def lcb_breakdown(joined: Joined, results: dict[str, Result], profile: str,
+                  allow_errors: bool = False) -> dict[str, Any]:
     """LiveCodeBench's pass@1 (the mean over problems of correct/n, LiveCodeBench's
     ``compute_metrics_from_results``) over the LiveCodeBench problems, overall, by difficulty
-    and by platform."""
-    ps = [p for p in joined.problems if p.id in joined.lcb]
+    and by platform (those not judged only when ``allow_errors``, as :func:`counted`)."""
+    ps = [p for p in counted(joined.problems, allow_errors) if p.id in joined.lcb]
     verdicts = [[results[p.wire_id(j)].correct for j in range(len(p.responses))] for p in ps]
     return {
         "profile": profile,
         "n_problems": len(ps),
-        "pass@1": mean_pass_at_k(verdicts, 1),
+        "pass@1": mean_pass_at_k(verdicts, 1) if verdicts else None,
         "by_difficulty": _pass1_by(ps, results, lambda p: joined.lcb[p.id].difficulty or NO_SOURCE),
         "by_platform": _pass1_by(ps, results, lambda p: joined.lcb[p.id].platform or NO_SOURCE),
     }
@@ -605,9 +707,19 @@ def print_report(summary: dict[str, Any], console: Console) -> None:
     console.print(eval_table(summary))
     if summary.get("lcb"):
         console.print(lcb_table(summary))
+    if summary.get("explain"):
+        _print_explain(summary, console)
+    fate = ("counted as incorrect" if summary.get("not_judged_counted_as_incorrect")
+            else "left out of every number")
     for entry in summary.get("not_judged") or []:
-        console.print(f"not judged: problem {entry['id']!r} ({entry['n_responses']} responses, "
-                      f"counted as incorrect): {entry['reason']}", highlight=False)
+        what = (f"problem {entry['id']!r}" if entry["id"] is not None
+                else f"a row naming no problem ({entry.get('where') or entry.get('line')})")
+        console.print(f"not judged: {what} ({entry['n_responses']} responses, {fate}): "
+                      f"{entry['reason']}", highlight=False, soft_wrap=True)
+    if summary.get("n_not_judged"):
+        console.print(f"{summary['n_not_judged']} rows were not judged "
+                      f"({summary['n_not_judged_responses']} responses); exit status "
+                      f"{EXIT_NOT_JUDGED}", highlight=False)
     if summary.get("skipped_rows"):
         console.print(f"{summary['skipped_rows']} invalid problem rows were skipped "
                       f"({len(summary.get('generations_of_skipped_rows') or [])} of them had "
@@ -641,7 +753,9 @@ def _default_client() -> ClientConfig:
 class EvalConfig:
     """``verifier eval``: score k responses per problem and report avg@k / pass@k. Give either
     ``--input`` (a generations JSONL that carries its ground truths) or ``--problems`` with
-    ``--generations``."""
+    ``--generations``. Exit status: 0 every row judged; 3 the summary is written but some rows
+    were not judged (the summary's not_judged says which and why); 1 an error that stopped the
+    run (no summary); 2 bad flags."""
 
     output: Annotated[Path, tyro.conf.arg(aliases=["-o"])]
     """Where to write the summary JSON."""
@@ -665,6 +779,13 @@ class EvalConfig:
     lcb_profile: Literal["default", "lcb", "skywork"] = "lcb"
     """Judging profile of LiveCodeBench problems (lcb: LiveCodeBench's own judge). The other
     problems name none: the verifier's default applies (in-process: --profile)."""
+    explain: Literal["default", "lcb", "skywork"] | None = None
+    """Also judge the LiveCodeBench problems' responses under this profile (e.g. default: this
+    project's rules, under which correct programs pass) and report, per problem and overall,
+    where it and --lcb-profile disagree and the class of rule that explains each disagreement
+    (verifier/explain.py: stdin, stdout, wrap, name_guard, exit, preamble, output_cap, ...):
+    how much of the model's LiveCodeBench failure is the harness's doing. The summary's
+    explain block; a table on stdout. Doubles the judging work. With --problems only."""
     addr: str | None = None
     """HOST:PORT of a running verifier, a comma list of them, or dns:///NAME:PORT (work is
     spread over the healthy replicas and fails over). Without it, responses are scored
@@ -672,17 +793,21 @@ class EvalConfig:
     k: int | None = None
     """k of avg@k / pass@k. Default: the smallest number of responses of any problem."""
     skip_invalid: bool = False
-    """Skip malformed lines, rows or generations entries (named and counted in the summary,
-    left out of every number) instead of failing on the first one (exit 1, naming its file
-    and line). A line that cannot be decoded at all (not JSON, not UTF-8, nested too deeply)
+    """Skip malformed problem rows, --input lines and generations entries (named in the
+    summary's skipped, skipped_problem_rows and generations_of_skipped_rows, left out of every
+    number; exit 0). Without it a malformed problem row or --input line is NOT JUDGED: named
+    in the summary's not_judged with its file and line, its responses and the reason, the rest
+    scored, exit 3; a malformed generations entry fails the command (exit 1, naming its file
+    and entry). A line that cannot be decoded at all (not JSON, not UTF-8, nested too deeply)
     is malformed too."""
     allow_errors: bool = False
     """Count responses the verifier could not score (INVALID_INPUT, SANDBOX_ERROR,
-    INTERNAL_ERROR) as incorrect and write the summary. That includes every response of a
-    problem that cannot be judged at all, named in the summary's not_judged (LiveCodeBench
-    tests that inflate past verifier.lcb.MAX_LCB_TESTS_BYTES, a ground truth over the
-    verifier's cap): INVALID_INPUT, never sent. Without it such responses fail the command
-    (exit 1) once the rest is scored: --results-output is written, the summary is not."""
+    INTERNAL_ERROR) as incorrect and write the summary; without it they fail the command
+    (exit 1) once the rest is scored: --results-output is written, the summary is not. Rows
+    that cannot be judged at all (malformed, LiveCodeBench tests that inflate past
+    verifier.lcb.MAX_LCB_TESTS_BYTES, a ground truth over the verifier's cap) are never sent
+    and never fail the command: named in the summary's not_judged (exit 3) and left out of
+    every number, or with this flag their responses counted as incorrect (INVALID_INPUT)."""
     results_output: Path | None = None
     """Also write one JSON line per scored response (id, index, status, reward, detail)."""
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
@@ -697,6 +822,12 @@ class EvalConfig:
         if self.input is None and not (self.problems and self.generations is not None):
             raise ValueError("give --input GENERATIONS.jsonl, or --problems FILE[,FILE...] "
                              "with --generations FILE")
+        if self.explain is not None and self.input is not None:
+            raise ValueError("--explain compares profiles on LiveCodeBench problems: give "
+                             "--problems with --generations")
+        if self.explain is not None and self.explain == self.lcb_profile:
+            raise ValueError(f"--explain {self.explain} is --lcb-profile itself: name another "
+                             "profile (e.g. --explain default)")
         for name in ("lcb_start", "lcb_end"):
             try:
                 date.fromisoformat(getattr(self, name))
@@ -722,7 +853,7 @@ def _write_json_lines(path: Path, records: Iterable[dict]) -> None:
 def _score(cfg: EvalConfig, problems: Sequence[EvalProblem]) -> dict[str, Result]:
     """Score every response with a progress bar (the responses of problems that cannot be
     judged become INVALID_INPUT results here, unsent); write ``--results-output``; raise
-    unless every response was judged (or ``allow_errors``)."""
+    unless every response sent was judged (or ``allow_errors``)."""
     items = [p.item(j) for p in problems if not p.unjudged for j in range(len(p.responses))]
     console = Console(stderr=True)
     hidden = cfg.progress == "off" or (cfg.progress == "auto" and not console.is_terminal)
@@ -740,6 +871,64 @@ def _score(cfg: EvalConfig, problems: Sequence[EvalProblem]) -> dict[str, Result
     return results
 
 
+def _explain(cfg: EvalConfig, joined: Joined, results: dict[str, Result]) -> dict[str, Any]:
+    """``--explain``: the judged LiveCodeBench problems' responses judged again under
+    ``cfg.explain``, and where the two profiles disagree (verifier/explain.py)."""
+    from verifier.explain import explain  # lazy: only --explain needs it
+
+    assert cfg.explain is not None
+    ps = [p for p in joined.problems if p.id in joined.lcb and not p.unjudged]
+    items = [Item(f"explain:{p.wire_id(j)}", p.domain, p.responses[j], p.ground_truth,
+                  p.data_source, p.limits, cfg.explain)
+             for p in ps for j in range(len(p.responses))]
+    console = Console(stderr=True)
+    hidden = cfg.progress == "off" or (cfg.progress == "auto" and not console.is_terminal)
+    with Progress(TextColumn(f"[bold]judging again under {cfg.explain}"), BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                  disable=hidden) as bar:
+        task = bar.add_task("explain", total=len(items))
+        done = (score_items(items, cfg.addr, cfg.scoring, cfg.client,
+                            on_result=lambda _r: bar.advance(task)) if items else {})
+    other = {key.removeprefix("explain:"): r for key, r in done.items()}
+    return explain(ps, results, other, cfg.lcb_profile, cfg.explain)
+
+
+def explain_table(summary: dict[str, Any]) -> Table:
+    """``--explain``: disagreements by rule class."""
+    ex = summary["explain"]
+    a, b = ex["profile"], ex["against"]
+    table = Table(title=f"where {a} and {b} disagree ({ex['n_disagree']} of "
+                        f"{ex['n_responses']} responses)")
+    table.add_column("rule class")
+    table.add_column(f"{a} fails, {b} passes", justify="right")
+    table.add_column(f"{a} passes, {b} fails", justify="right")
+    table.add_column("why")
+    for rule, c in ex["by_class"].items():
+        table.add_row(rule, str(c[f"{a}_fails"]), str(c[f"{a}_passes"]), c["why"])
+    return table
+
+
+def _print_explain(summary: dict[str, Any], console: Console) -> None:
+    ex = summary["explain"]
+    a, b = ex["profile"], ex["against"]
+    console.print(explain_table(summary))
+    share = ex["harness_share_of_failures"]
+    console.print(f"pass@1 over {ex['n_problems']} LiveCodeBench problems: {a} "
+                  f"{_pct(ex['pass@1'][a])}, {b} {_pct(ex['pass@1'][b])}; "
+                  f"{ex[f'{a}_fails_{b}_passes']} of {ex[f'{a}_failures']} responses {a} fails "
+                  f"pass under {b} ({_pct(share)}% of the failures are the rules' doing)",
+                  highlight=False, soft_wrap=True)
+    for pid, entry in list(ex["by_problem"].items())[:20]:
+        shown = ", ".join(f"{d['index']} ({d['class']}: {a} {d[a]}, {b} {d[b]})"
+                          for d in entry["disagree"][:5])
+        more = f" and {len(entry['disagree']) - 5} more" if len(entry["disagree"]) > 5 else ""
+        console.print(f"  problem {pid!r}: responses {shown}{more}", highlight=False,
+                      soft_wrap=True)
+    if len(ex["by_problem"]) > 20:
+        console.print(f"  and {len(ex['by_problem']) - 20} more problems (the summary's "
+                      "explain.by_problem)", highlight=False)
+
+
 def _write_summary(cfg: EvalConfig, summary: dict[str, Any]) -> None:
     cfg.output.parent.mkdir(parents=True, exist_ok=True)
     cfg.output.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
@@ -747,16 +936,19 @@ def _write_summary(cfg: EvalConfig, summary: dict[str, Any]) -> None:
 
 def run_eval(cfg: EvalConfig) -> dict[str, Any]:
     """Read, score, summarise; write ``cfg.output`` (and ``cfg.results_output``) and return the
-    summary. Raises VerifierError for a malformed input, an impossible k, or (unless
-    ``allow_errors``) responses the verifier could not score; in that last case the per-response
-    results are still written but the summary is not."""
+    summary (:func:`exit_code` gives the command's status). Raises VerifierError for an
+    unreadable generations file, an impossible k, or (unless ``allow_errors``) responses the
+    verifier could not score; in that last case the per-response results are still written but
+    the summary is not. Rows that cannot be judged never raise: ``not_judged``."""
     if cfg.input is None:
         return run_problems_eval(cfg)
     gens = read_generations(cfg.input, cfg.skip_invalid)
-    k = resolve_k(gens.problems, cfg.k)
     mark_unjudgeable(gens.problems)
+    k = resolve_k(counted(gens.problems, cfg.allow_errors), cfg.k,
+                  allow_empty=bool(gens.problems or gens.not_judged))
     results = _score(cfg, gens.problems)
-    summary = summarize(gens.problems, results, k, gens.skipped, cfg.allow_errors)
+    summary = summarize(gens.problems, results, k, gens.skipped, cfg.allow_errors,
+                        gens.not_judged)
     summary["input"] = str(cfg.input)
     _write_summary(cfg, summary)
     return summary
@@ -771,9 +963,11 @@ def run_problems_eval(cfg: EvalConfig) -> dict[str, Any]:
     window = cfg.lcb_window()
     try:
         # keep_too_large: a row too large to judge is reported with its generations as not
-        # judged (INVALID_INPUT), like a response the verifier could not score, not a bad file.
+        # judged (INVALID_INPUT), never a bad file; keep_unjudged (without --skip-invalid):
+        # so is every malformed row, and those naming no problem are listed (skipped_rows).
         rows = load_rows(cfg.problem_files(), date_window=window, skip_invalid=cfg.skip_invalid,
-                         allow_empty=True, keep_too_large=True)
+                         allow_empty=True, keep_too_large=True,
+                         keep_unjudged=not cfg.skip_invalid)
     except DataError as e:
         raise VerifierError(str(e), "invalid_argument") from None
     fmt, generations, skipped_generations = read_generations_file(cfg.generations,
@@ -782,14 +976,22 @@ def run_problems_eval(cfg: EvalConfig) -> dict[str, Any]:
     if joined.missing:
         log.warning("%d problems have no generation and are left out: %s", len(joined.missing),
                     ", ".join(joined.missing[:10]), extra={"missing": len(joined.missing)})
-    if not joined.problems:
+    # Without --skip-invalid, rows that name no problem (or a duplicate id) are not judged too.
+    unnamed = [] if cfg.skip_invalid else [
+        {"id": r.id, "line": None, "where": r.where, "n_responses": 0, "reason": r.reason}
+        for r in rows.skipped_rows]
+    not_judged_rows = joined.not_judged_rows + unnamed
+    if not joined.problems and not not_judged_rows:
         raise VerifierError(f"no problem of {cfg.problems} has a generation in "
                             f"{cfg.generations} ({len(joined.missing)} without one, "
                             f"{joined.outside_window} outside the LiveCodeBench window, "
                             f"{rows.skipped} rows skipped as invalid)", "invalid_argument")
-    k = resolve_k(joined.problems, cfg.k)
+    k = resolve_k(counted(joined.problems, cfg.allow_errors), cfg.k, allow_empty=True)
     results = _score(cfg, joined.problems)
-    summary = summarize(joined.problems, results, k, skipped_generations, cfg.allow_errors)
+    summary = summarize(joined.problems, results, k, skipped_generations, cfg.allow_errors,
+                        not_judged_rows)
+    if not cfg.skip_invalid:
+        rows.skipped, rows.skipped_rows = 0, []   # reported in not_judged instead
     summary.update({
         "problems_files": [str(p) for p in cfg.problem_files()],
         "generations": str(cfg.generations),
@@ -806,6 +1008,8 @@ def run_problems_eval(cfg: EvalConfig) -> dict[str, Any]:
         "n_missing_generations": len(joined.missing),
     })
     if joined.lcb:
-        summary["lcb"] = lcb_breakdown(joined, results, cfg.lcb_profile)
+        summary["lcb"] = lcb_breakdown(joined, results, cfg.lcb_profile, cfg.allow_errors)
+    if cfg.explain is not None:
+        summary["explain"] = _explain(cfg, joined, results)
     _write_summary(cfg, summary)
     return summary

@@ -27,7 +27,6 @@ request and its queued items. No URL is ever logged (it may carry a token).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import ssl
 import threading
@@ -40,6 +39,7 @@ from typing import Any
 from aiohttp import web
 
 from verifier.auth import TokenSource
+from verifier.bigint import MAX_INT_DIGITS, json_loads_digits
 from verifier.http_gateway_rewards import (
     Entry,
     reward_answer,
@@ -126,7 +126,7 @@ def _decode_json(body: bytes) -> Any:
     if not body:
         raise VerifierError("the request has no body; expected JSON", "invalid_argument")
     try:
-        return json.loads(body)
+        return json_loads_digits(body, MAX_INT_DIGITS)  # any profile's integers (bigint.py)
     except RecursionError:
         raise VerifierError("the body's JSON is nested too deeply", "invalid_argument") from None
     except ValueError as e:  # json.JSONDecodeError and UnicodeDecodeError

@@ -17,8 +17,9 @@ The verifier owns these formats because it judges these problems (``verifier eva
 :class:`DataError` naming the file and row, or, with ``skip_invalid``, skipped and counted
 (never a silent drop); whatever a row makes the parsers raise (a RecursionError from JSON
 nested thousands deep included) is that row's DataError, never the whole read's. A row whose
-tests inflate past the bound is a :class:`TooLarge` DataError (kept apart on request, for
-``verifier eval`` to report as not judged). LiveCodeBench rows outside the contest-date window
+tests inflate past the bound is a :class:`TooLarge` DataError; on request it, and any
+malformed row that still names its problem (:class:`Unjudged`), is kept apart with its id
+instead, for ``verifier eval`` to report as not judged without ending the run. LiveCodeBench rows outside the contest-date window
 are counted apart, and their tests are never decoded.
 """
 
@@ -83,15 +84,20 @@ class ProblemRow:
     """The LiveCodeBench question (LiveCodeBench rows only)."""
 
 
-class TooLarge(DataError):
-    """A row whose tests inflate past ``verifier.lcb.MAX_LCB_TESTS_BYTES``: nothing need be
-    wrong with it, but it cannot be judged. ``problem`` is the row without its ground truth
-    (None), so ``verifier eval`` can report it, with its generations, as not judged."""
+class Unjudged(DataError):
+    """A row that names its problem but cannot be judged (a malformed ground truth, a bad
+    field): ``problem`` is the row without its ground truth (None), so ``verifier eval`` can
+    report it, with its generations, as not judged instead of ending the run."""
 
     def __init__(self, message: str, problem: ProblemRow):
         super().__init__(message)
         self.problem = problem
         self.position = 0  # how many problems load_rows had read before it: its place
+
+
+class TooLarge(Unjudged):
+    """A row whose tests inflate past ``verifier.lcb.MAX_LCB_TESTS_BYTES``: nothing need be
+    wrong with it, but it cannot be judged."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,6 +225,33 @@ def row_id(row: Any, index: int = 0) -> str | None:
         return None
 
 
+def unjudged_head(row: Any, where: str, index: int = 0) -> ProblemRow | None:
+    """What a malformed row still says about its problem (id, domain, data source, and a
+    LiveCodeBench row's question when its head parses), ground truth None; None when it names
+    no id (:func:`row_id`). Never raises."""
+    pid = row_id(row, index)
+    if pid is None:
+        return None
+    try:
+        fmt = row_format(row)
+        if fmt == "lcb":
+            try:
+                return _lcb_head(row, where)
+            except DataError:
+                return ProblemRow(pid, "code", None, LCB_DATA_SOURCE, "lcb", where)
+        if fmt == "verl":
+            ability = str(row.get("ability") or "math").lower()
+            domain = "code" if ability in ("code", "coding") else "math"
+        else:
+            domain = row.get("domain", "math")
+            domain = domain if domain in ("math", "code") else "math"
+        source = row.get("data_source")
+        return ProblemRow(pid, domain, None, source if isinstance(source, str) else "", fmt,
+                          where)
+    except Exception:  # noqa: BLE001 - a hostile row: what it names is enough
+        return ProblemRow(pid, "math", None, "", "plain", where)
+
+
 def parse_row(row: Any, where: str, index: int = 0) -> ProblemRow:
     """One row of any format as a ProblemRow; DataError naming ``where`` when it is malformed.
     ``index`` (the row's position in its file) names verl rows that carry no id."""
@@ -300,7 +333,9 @@ def read_rows(path: str | Path) -> list[tuple[str, int, Any]]:
             if not line.strip():
                 continue
             try:
-                row: Any = json.loads(line)
+                # Integers as large as any profile allows (verifier/bigint.py): a plain row's
+                # ground truth may hold them as JSON numbers.
+                row: Any = json_loads_digits(line, MAX_INT_DIGITS)
             except RecursionError:  # not a ValueError: json's depth bound
                 row = DataError(f"{where}: not valid JSON: nested too deeply to decode")
             except ValueError as e:
@@ -353,9 +388,11 @@ class Loaded(Generic[T]):
     """Every row read, in file order, when loaded with ``keep_rows`` (else empty)."""
     skipped_rows: list[Skipped] = field(default_factory=list)
     """The ``skipped`` rows: where, the id each names, and why."""
-    too_large: list[TooLarge] = field(default_factory=list)
-    """Rows too large to judge, each with its row (``.problem``, no ground truth), when loaded
-    with ``keep_too_large`` (otherwise they are bad rows like any other)."""
+    unjudged: list[Unjudged] = field(default_factory=list)
+    """Rows that name their problem but cannot be judged, each with its row (``.problem``, no
+    ground truth), in file order: those too large to judge (:class:`TooLarge`) when loaded
+    with ``keep_too_large``, and malformed rows when loaded with ``keep_unjudged`` (otherwise
+    they are bad rows like any other)."""
 
 
 def _identity(row: ProblemRow) -> Any:
@@ -365,7 +402,7 @@ def _identity(row: ProblemRow) -> Any:
 def load_rows(paths: Sequence[str | Path] | str | Path, *,
               date_window: tuple[str | None, str | None] | None = LCB_REPORT_WINDOW,
               skip_invalid: bool = False, allow_empty: bool = False, keep_rows: bool = False,
-              keep_too_large: bool = False,
+              keep_too_large: bool = False, keep_unjudged: bool = False,
               convert: Callable[[ProblemRow], T] = _identity) -> Loaded[T]:
     """Every row of ``paths`` (parquet or JSONL, any format), in order, each passed through
     ``convert`` (which may raise DataError too: the trainer builds its prompts there).
@@ -374,11 +411,15 @@ def load_rows(paths: Sequence[str | Path] | str | Path, *,
     before a row's tests are decoded, so a row left out by date is never decompressed.
     ``keep_rows`` also returns every raw row (for tools that write the data back; off by
     default, as a large code set would be held twice). ``keep_too_large`` returns the rows
-    whose tests inflate past the bound (:class:`TooLarge`) in ``Loaded.too_large`` instead of
-    treating them as bad rows. Raises DataError naming the file and row for a malformed row
-    (unless ``skip_invalid``; anything a row makes the parsers raise counts, see
-    :func:`_row_errors`), for a duplicate problem id (outside-window rows included), and when
-    no problem is left (unless ``allow_empty``).
+    whose tests inflate past the bound (:class:`TooLarge`) in ``Loaded.unjudged`` instead of
+    treating them as bad rows. ``keep_unjudged`` does the same for every malformed row that
+    names its problem (:func:`unjudged_head`; not a duplicate id), and records the others (no
+    readable id, a duplicate) in ``Loaded.skipped_rows`` as ``skip_invalid`` would: no row
+    ends the read (``verifier eval`` reports them all as not judged). Raises DataError naming
+    the file and row for a malformed row (unless ``skip_invalid`` or ``keep_unjudged``;
+    anything a row makes the parsers raise counts, see :func:`_row_errors`), for a duplicate
+    problem id (outside-window rows included), and when no problem is left (unless
+    ``allow_empty``).
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
@@ -386,7 +427,7 @@ def load_rows(paths: Sequence[str | Path] | str | Path, *,
     rows: list[Row[T]] = []
     outside: list[ProblemRow] = []
     skipped: list[Skipped] = []
-    too_large: list[TooLarge] = []
+    unjudged: list[Unjudged] = []
     seen: dict[str, str] = {}
     for p in paths:
         for where, index, raw in read_rows(p):
@@ -414,14 +455,19 @@ def load_rows(paths: Sequence[str | Path] | str | Path, *,
                         parsed = _lcb_tests(raw, parsed)
                 prob = convert(parsed)
             except DataError as e:
-                if isinstance(e, TooLarge) and keep_too_large:
+                if keep_unjudged and not isinstance(e, TooLarge):
+                    head = unjudged_head(raw, where, index)
+                    if head is not None and head.id not in seen:
+                        e = Unjudged(str(e), head)
+                if isinstance(e, Unjudged) and (keep_unjudged or (keep_too_large
+                                                                  and isinstance(e, TooLarge))):
                     e.position = len(problems)
                     seen[e.problem.id] = where
                     rec.error = str(e)
-                    too_large.append(e)
-                    log.warning("row too large to judge: %s", e)
+                    unjudged.append(e)
+                    log.warning("row that cannot be judged: %s", e)
                     continue
-                if not skip_invalid:
+                if not (skip_invalid or keep_unjudged):
                     raise
                 rec.error = str(e)
                 skipped.append(Skipped(where, row_id(raw, index), str(e)))
@@ -438,4 +484,4 @@ def load_rows(paths: Sequence[str | Path] | str | Path, *,
     if not problems and not allow_empty:
         why = f" ({len(outside)} outside the date window {date_window})" if outside else ""
         raise DataError(f"no usable problems in {[str(p) for p in paths]}{why}")
-    return Loaded(problems, len(skipped), outside, rows, skipped, too_large)
+    return Loaded(problems, len(skipped), outside, rows, skipped, unjudged)

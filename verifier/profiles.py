@@ -57,9 +57,19 @@ SKYWORK_ASSERT_PREAMBLE = (
 )
 
 
-LCB_OUTPUT_BYTES = 64 * 1024 * 1024
-"""The lcb profile's output cap per test (LiveCodeBench has none; its captured output is bounded
-by the judging process's memory, as the program's is here by its memory limit)."""
+DEFAULT_MAX_OUTPUT_MB = 64
+"""The default of the server's maximum output per test (``verifier serve --max-output-mb``,
+``ScoringConfig.max_output_mb``): the cap of profiles that have none of their own (lcb), and
+the most any profile's own cap may be."""
+
+
+def output_cap(profile: "Profile", max_output_mb: int) -> int:
+    """Bytes of output one test of ``profile`` may produce on a server whose maximum is
+    ``max_output_mb``: the server's maximum for a profile with no cap of its own (lcb:
+    LiveCodeBench has none, so only the program's memory and the server bound it), else the
+    profile's own cap, never more than the server's maximum."""
+    cap = max_output_mb << 20
+    return cap if profile.output_bytes is None else min(profile.output_bytes, cap)
 
 
 @dataclass(frozen=True)
@@ -100,10 +110,12 @@ class Profile:
     its stdin mock and stdout capture, stdin programs wrapped as a function, its name-guard
     rule, its reliability guard, the preamble pasted as text, one ``Solution`` per sample,
     ``==`` on Fractions, Decimals and deep lists)."""
-    output_bytes: int = 8 * 1024 * 1024
-    """The most stdout (or captured output) one test may produce; more is OUTPUT_LIMIT.
-    LiveCodeBench has no cap: the lcb profile's is large (``LCB_OUTPUT_BYTES``), bounded by the
-    program's memory."""
+    output_bytes: int | None = 8 * 1024 * 1024
+    """The most stdout (or captured output) one test may produce; more is OUTPUT_LIMIT. None:
+    no cap of the profile's own (LiveCodeBench has none): the server's maximum
+    (``ScoringConfig.max_output_mb``, :func:`output_cap`), bounded too by the program's
+    memory. A profile's own cap never exceeds the server's maximum either: only a profile
+    without one (lcb) gets more than 8 MiB when the server raises its maximum."""
     code_extraction: Literal["default", "lcb", "skywork"] = "default"
     """"default": the last python/py/python3/untagged fenced block after the last
     ``</think>``; "lcb": the lines between the last two lines that hold a fence, in the whole
@@ -131,7 +143,7 @@ PROFILE_TABLE: dict[str, Profile] = {
         memory_mb=4096,
         numpy=True,
         harness="lcb",
-        output_bytes=LCB_OUTPUT_BYTES,
+        output_bytes=None,  # no cap there: the server's maximum (output_cap)
         code_extraction="lcb",
     ),
     "skywork": Profile(

@@ -616,6 +616,7 @@ def serve(config: ServeConfig) -> None:
     server, port = create_server(f"{host}:{config.port}", config)
     log.info("verifier listening", extra={
         "address": f"{host}:{port}", "workers": config.scoring.workers,
+        "max_output_mb": config.scoring.max_output_mb,
         "sandbox": server.scorer.sandbox.name if server.scorer.sandbox else None,
         "sandbox_problem": server.scorer.sandbox_problem,
         "tls": config.tls, "mutual_tls": config.tls_client_ca is not None,
