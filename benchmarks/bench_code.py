@@ -159,6 +159,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--code-concurrency", type=int, default=0,
                     help="the server's --code-concurrency (default 0: --workers)")
+    ap.add_argument("--warm-jails", default="None",
+                    help="the server's --warm-jails (default None: one per code slot; 0: off)")
     args = ap.parse_args()
     samples = make_samples(args.n, workload=args.workload)
     items = [{k: v for k, v in s.items() if k != "program"} for s in samples]
@@ -168,7 +170,8 @@ def main() -> None:
     for k in range(args.rounds):
         base, base_correct, base_slowest = baseline(samples)
         run = stream_run(items, args.workers, warmup,
-                         extra_args=("--code-concurrency", str(args.code_concurrency)))
+                         extra_args=("--code-concurrency", str(args.code_concurrency),
+                                     "--warm-jails", args.warm_jails))
         bases.append(base)
         cands.append(run.rate)
         ratios.append(run.rate / base)
@@ -180,7 +183,7 @@ def main() -> None:
           f"correct; verifier verdicts: {run.counts}")
     print(f"baseline  (unsandboxed, python3 per test, 2 at a time): {median(bases):7.1f} samples/s")
     print(f"candidate (verifier serve --workers {args.workers} --code-concurrency "
-          f"{args.code_concurrency}, nsjail): {median(cands):7.1f} samples/s")
+          f"{args.code_concurrency} --warm-jails {args.warm_jails}, nsjail): {median(cands):7.1f} samples/s")
     print(f"ratio candidate / baseline, median of {args.rounds}: {median(ratios):.2f}  "
           f"(goal >= {2.0 if args.workload == 'simple' else 1.0})")
     lat = sorted(run.latencies)

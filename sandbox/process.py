@@ -1,7 +1,8 @@
 """Running one local process with a deadline and bounded, streamed output (what every backend's
 ``run`` does underneath: nsjail and unsafe-none start their jail or program with it).
 
-``run_process`` in named steps: start the process (``_start``), watch its pipes and its pidfd
+``run_process`` in named steps: start the process (``start_process``; a pre-started jail
+stops here and waits, sandbox/warm.py), then ``drive_process``: watch its pipes and its pidfd
 (``_Run.__init__``), pump stdin in and stdout/stderr/log out until it exits, the deadline passes
 or a cap or the stdout hook stops it (``_Run.pump``), then stop it, reap it for its resource
 usage and drain what is left (``_Run.finish``). The caller never hangs: every wait is bounded by
@@ -21,7 +22,16 @@ from dataclasses import dataclass, field
 
 from .base import StdoutHook
 
-__all__ = ["ProcessOutcome", "RunningProcesses", "append_capped", "run_process"]
+__all__ = [
+    "ProcessOutcome",
+    "RunningProcesses",
+    "StartedProcess",
+    "append_capped",
+    "discard_process",
+    "drive_process",
+    "run_process",
+    "start_process",
+]
 
 _READ = 65536
 EXIT_GRACE_S = 0.5
@@ -128,15 +138,66 @@ def run_process(
 
     ``running``: the process is tracked there while it runs, so that ``running.close()`` from
     another thread kills it (the outcome is then ``cancelled``)."""
-    start = time.monotonic()
+    started = start_process(argv, env=env, cwd=cwd, log_fd_arg=log_fd_arg,
+                            preexec_fn=preexec_fn, running=running)
+    if isinstance(started, ProcessOutcome):
+        return started
+    return drive_process(started, stdin=stdin, wall_s=wall_s, output_bytes=output_bytes,
+                         on_stdout=on_stdout, stop_signal=stop_signal, log_bytes=log_bytes,
+                         running=running)
+
+
+@dataclass
+class StartedProcess:
+    """A process started by ``start_process`` that nothing has written to or read from yet
+    (a pre-started jail waits like this for its sample: sandbox/warm.py)."""
+
+    proc: subprocess.Popen
+    log_r: int
+    started_at: float  # time.monotonic() when it was started
+
+    def alive(self) -> bool:
+        return not _exited(self.proc)
+
+
+def start_process(
+    argv: list[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    log_fd_arg: bool = False,
+    preexec_fn: Callable[[], None] | None = None,
+    running: RunningProcesses | None = None,
+) -> StartedProcess | ProcessOutcome:
+    """The first half of ``run_process``: start ``argv`` (tracked in ``running`` from now on)
+    and return it, or the failure to start it as an outcome."""
     started = _start(argv, env=env, cwd=cwd, log_fd_arg=log_fd_arg, preexec_fn=preexec_fn)
     if isinstance(started, ProcessOutcome):
         return started
     proc, log_r = started
     if running is not None:
-        running.add(proc)  # closed already: killed at once, and the pump below sees it exit
-    run = _Run(proc, log_r, stdin, deadline=start + wall_s, output_bytes=output_bytes,
-               on_stdout=on_stdout, log_bytes=log_bytes, running=running)
+        running.add(proc)  # closed already: killed at once, and the pump sees it exit
+    return StartedProcess(proc, log_r, time.monotonic())
+
+
+def drive_process(
+    started: StartedProcess,
+    *,
+    stdin: bytes,
+    wall_s: float,
+    output_bytes: int,
+    on_stdout: StdoutHook | None = None,
+    stop_signal: int = signal.SIGKILL,
+    log_bytes: int = 256 * 1024,
+    running: RunningProcesses | None = None,
+) -> ProcessOutcome:
+    """The second half of ``run_process``: feed a started process ``stdin``, pump its output
+    for at most ``wall_s`` seconds FROM NOW (a pre-started process's idle time before this call
+    is not part of its run), stop it, reap it. ``outcome.wall_s`` is measured from now too."""
+    start = time.monotonic()
+    run = _Run(started.proc, started.log_r, stdin, deadline=start + wall_s,
+               output_bytes=output_bytes, on_stdout=on_stdout, log_bytes=log_bytes,
+               running=running)
     try:
         run.pump()
     finally:
@@ -148,6 +209,16 @@ def run_process(
                      and (out.returncode is None or out.returncode < 0))
     out.wall_s = time.monotonic() - start
     return out
+
+
+def discard_process(started: StartedProcess, stop_signal: int,
+                    running: RunningProcesses | None = None) -> None:
+    """Stop a started process that will not be used (``stop_signal``, then SIGKILL of its
+    group after the grace period), reap it and close its pipes."""
+    run = _Run(started.proc, started.log_r, b"", deadline=time.monotonic(), output_bytes=0,
+               on_stdout=None, log_bytes=0, running=running)
+    run.stop_reason = "discarded"
+    run.finish(stop_signal)
 
 
 def _start(

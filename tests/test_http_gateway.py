@@ -40,7 +40,12 @@ import tyro
 
 from tests.certs import make_pki
 from tests.conftest import ROOT, ServerProcess
-from tests.conftest_sandbox import assert_no_leftovers, refuse_sandbox, sandbox_pids
+from tests.conftest_sandbox import (
+    WARM_SANDBOXES,
+    assert_no_leftovers,
+    refuse_sandbox,
+    sandbox_pids,
+)
 from verifier.scoring import ScoringConfig
 from verifier.server import ServeConfig, create_server
 
@@ -99,7 +104,10 @@ def gateway() -> Iterator[tuple[object, str]]:
     srv, _ = create_server("127.0.0.1:0", ServeConfig(
         scoring=ScoringConfig(workers=2), http_port=0, request_timeout_s=1.0,
         http_max_body_mb=8))
+    # Its jails that wait for the next /run_code call are not leftovers (conftest_sandbox).
+    WARM_SANDBOXES.append(srv.scorer.sandbox)
     yield srv, f"http://127.0.0.1:{srv.http_port}"
+    WARM_SANDBOXES.remove(srv.scorer.sandbox)
     srv.stop(grace_s=1.0)
 
 

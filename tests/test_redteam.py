@@ -200,8 +200,11 @@ def test_program_process_memory_holds_no_test_code(after_attack):
 @pytest.fixture(scope="module")
 def verifier_process():
     """A real ``verifier serve`` process with 2 workers (health checks from this process then
-    measure the server, not this test's own GIL)."""
-    proc = ServerProcess(0, "--workers", "2")
+    measure the server, not this test's own GIL). Without pre-started jails: from outside its
+    process, a jail waiting for the next sample looks like a leftover to ``under_attack``'s
+    check (the attacks run in jails that waited in tests/test_code_score_attacks.py, whose
+    sandbox is in this process)."""
+    proc = ServerProcess(0, "--workers", "2", "--warm-jails", "0")
     yield proc.address
     proc.terminate()
 

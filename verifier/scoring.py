@@ -13,16 +13,18 @@ import math
 import threading
 import time
 from concurrent.futures import CancelledError, Future, InvalidStateError, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from sandbox import SandboxKind, SandboxUnavailable, create_sandbox
+from sandbox.warm import MAX_KEYS as MAX_WARM_KEYS
 from verifier.items import (Item, Limits, Outcome, Result, Status, VerifierError, unreadable,
                             validate_item)
 from verifier.code_score import MIN_MEMORY_MB, score_code
 from verifier.math_score import quick_verdict, score_math
 from verifier.pool import TASK_CPU, DeadlineExceeded, DeadlinePool, TaskFailed, WorkerDied
-from verifier.profiles import Profile, ProfileName, get_profile
+from verifier.profiles import (DEFAULT_MAX_OUTPUT_MB, Profile, ProfileName, get_profile,
+                               output_cap)
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,11 @@ class ScoringConfig:
     much wall time in the kernel (namespaces, cgroups made and torn down) as on the CPU, so
     a value above the cores keeps them busy (docs/verifier.md 3); it also lets CPU-heavy
     tests share the cores, so their wall-clock limits get less slack."""
+    warm_jails: int | None = None
+    """Pre-started jails kept ready per jail command (nsjail): a sample's jail is started
+    while earlier samples run, so its set-up is off the sample's path (sandbox/warm.py; each
+    jail still serves one sample only). None (default): one per code slot; 0: none, every
+    sample starts its jail when it arrives."""
     math_timeout_s: float = 5.0
     """Hard wall-clock deadline for one math item, seconds, unless the item asks for another.
     5 s is far above a normal item (~10 ms) and bounds a sympy blow-up."""
@@ -56,6 +63,12 @@ class ScoringConfig:
     max_pending: int = 4096
     """Items queued per domain beyond those running; past it a batch call gets
     RESOURCE_EXHAUSTED and a stream waits (backpressure). Bounds server memory."""
+    max_output_mb: int = DEFAULT_MAX_OUTPUT_MB
+    """The server's maximum output (stdout, or the output a harness captures) of one test of a
+    code item, MiB; more is OUTPUT_LIMIT. lcb items get all of it (LiveCodeBench has no output
+    cap: raise this, and the item's memory_mb, to judge programs that print more); the other
+    profiles keep their own 8 MiB cap, or this maximum if it is lower. Each test's output is
+    compared in a worker limited by --worker-memory-mb. Default 64 MiB."""
     worker_memory_mb: int = 2048
     """Address-space limit of each math worker process, MiB; a bigger answer is MEMORY_LIMIT."""
     profile: ProfileName = "default"
@@ -83,7 +96,10 @@ class Scorer:
     Result."""
 
     def __init__(self, config: ScoringConfig, sandbox: Any | None = None):
+        if config.max_output_mb < 1:
+            raise ValueError(f"max_output_mb must be at least 1, got {config.max_output_mb}")
         self.config = config
+        self._profiles: dict[str, Profile] = {}
         self._pool = DeadlinePool(
             config.workers,
             max_pending=config.max_pending,
@@ -94,6 +110,9 @@ class Scorer:
         # deadline, never on the server's threads (a program chooses its output: a hash-flooded
         # set, millions of numbers). One per code thread, so a comparison never queues.
         code_slots = config.code_concurrency or config.workers
+        if config.warm_jails is not None and config.warm_jails < 0:
+            raise ValueError(f"warm_jails must be 0 or more (or None), got {config.warm_jails}")
+        self.warm_per_key = code_slots if config.warm_jails is None else config.warm_jails
         self._compare_pool = DeadlinePool(
             code_slots,
             max_pending=code_slots,
@@ -111,19 +130,28 @@ class Scorer:
         # passed in (tests share one) is the caller's.
         self._owns_sandbox = sandbox is None
         if sandbox is None:
-            self.sandbox, self.sandbox_problem = open_sandbox(
-                config.sandbox,
-                **({"image": config.docker_image} if config.sandbox == "docker" else {}))
+            options: dict[str, Any] = {}
+            if config.sandbox == "docker":
+                options["image"] = config.docker_image
+            elif config.sandbox == "nsjail":
+                options["warm"] = self.warm_per_key
+            self.sandbox, self.sandbox_problem = open_sandbox(config.sandbox, **options)
         self._closed = False
         pool = getattr(self.sandbox, "uid_pool", None)
-        if pool is not None and pool.range.count < code_slots:
+        # Pre-started jails hold a uid each while they wait (sandbox/warm.py).
+        warm = getattr(self.sandbox, "warm_per_key", 0)
+        uids_needed = code_slots + warm * MAX_WARM_KEYS
+        if pool is not None and pool.range.count < uids_needed:
             # Every concurrent jail needs an outside uid of its own (sandbox/uidpool.py): with
             # fewer, runs would wait for uids and then fail with SANDBOX_ERROR.
             self.close()
             raise ValueError(
-                f"code concurrency {code_slots} exceeds the sandbox uid pool's "
+                f"code concurrency {code_slots}"
+                + (f" plus {warm} pre-started jails for each of up to {MAX_WARM_KEYS} commands"
+                   if warm else "")
+                + f" exceeds the sandbox uid pool's "
                 f"{pool.range.count} uids ({pool.range}); give it more with MAGIC_SANDBOX_UIDS="
-                "BASE:COUNT or lower --code-concurrency"
+                "BASE:COUNT or lower --code-concurrency / --warm-jails"
             )
         self._closed = False
 
@@ -141,7 +169,7 @@ class Scorer:
             if problem is not None:
                 return _done(Result.from_outcome(item.id, problem, item.limits, 0.0,
                                                  item.data_source))
-            profile = get_profile(item.profile, self.config.profile)
+            profile = self._profile(item.profile)
             if item.domain == "math":
                 return self._submit_math(item, profile, start, block_s)
             return self._submit_code(item, profile, start, block_s)
@@ -280,6 +308,16 @@ class Scorer:
         out.add_done_callback(lambda f: inner.cancel() if f.cancelled() else None)
         inner.add_done_callback(finish)
         return out
+
+    def _profile(self, name: str) -> Profile:
+        """The profile an item names ("" = the server's default), with its output cap as this
+        server allows (:func:`verifier.profiles.output_cap`). KeyError for an unknown name."""
+        profile = get_profile(name, self.config.profile)
+        capped = self._profiles.get(profile.name)
+        if capped is None:
+            cap = output_cap(profile, self.config.max_output_mb)
+            capped = self._profiles[profile.name] = replace(profile, output_bytes=cap)
+        return capped
 
     def _submit_code(self, item: Item, profile: Profile, start: float, block_s: float) -> Future:
         if self.sandbox is None:
