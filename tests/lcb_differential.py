@@ -53,7 +53,8 @@ class Program:
     id: str
     problem: str
     rule: str
-    """The class of rule it stresses (the issue's table, and the rules found besides)."""
+    """The class of rule it stresses (the table of known differences, and the rules found
+    besides)."""
     code: str
 
 

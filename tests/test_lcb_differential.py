@@ -38,3 +38,20 @@ def test_lcb_gives_livecodebench_verdict(nsjail_sandbox, program):
                    profile=LCB)
     want = LABELS["labels"][program.id]["passed"]
     assert (o.status is Status.CORRECT) == want, (program.rule, o, LABELS["labels"][program.id])
+
+
+def test_the_readme_table_counts_the_set_and_its_labels():
+    """README.md's table of the set (written by scripts/lcb_table.py) names every class with
+    its number of programs and of LiveCodeBench passes, and claims agreement on all of them
+    (test_lcb_gives_livecodebench_verdict is what checks that claim)."""
+    from scripts.lcb_table import BEGIN, END, HEADER, rows
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = readme[readme.index(BEGIN) + len(BEGIN):readme.index(END)].strip().splitlines()
+    assert block[0] == HEADER
+    cells = [[c.strip().strip("*") for c in line.strip("|").split("|")] for line in block[2:]]
+    want = rows(LABELS["labels"], None)
+    assert [c[0] for c in cells[:-1]] == [r[0] for r in want]
+    for c, (rule, n, lcb_pass, _, _) in zip(cells, want):
+        assert (int(c[1]), int(c[2]), int(c[3])) == (n, lcb_pass, n), (rule, c)
+    assert cells[-1][0] == "all" and int(cells[-1][1]) == len(PROGRAMS)
