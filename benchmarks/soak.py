@@ -268,9 +268,31 @@ class Replica:
         def total(f) -> float:
             return sum(_safe(lambda: f(p), 0) for p in own)  # noqa: B023 - called at once
 
+        by_kind: dict[str, float] = defaultdict(float)
+        for p in own:
+            by_kind[_kind(p, root.pid)] += _safe(lambda: p.memory_info().rss, 0) / 2**20  # noqa: B023
         return {"alive": True, "rss_mb": total(lambda p: p.memory_info().rss) / 2**20,
                 "fds": total(lambda p: p.num_fds()), "threads": total(lambda p: p.num_threads()),
-                "procs": len(own), "sandboxes": len(nsjails)}
+                "procs": len(own), "sandboxes": len(nsjails),
+                "rss_mb_by_kind": {k: by_kind.get(k, 0.0) for k in PROCESS_KINDS}}
+
+
+PROCESS_KINDS = ("server", "forkserver", "workers", "other")
+"""The replica's processes, by what they are: the server's own process (gRPC, scorer threads,
+jail starter), multiprocessing's forkserver, the pool workers it forks (math and output
+comparison; a worker killed at a deadline is replaced, so they are summed), and anything else
+(multiprocessing's resource tracker)."""
+
+
+def _kind(p, server_pid: int) -> str:
+    if p.pid == server_pid:
+        return "server"
+    cmd = " ".join(_safe(p.cmdline, []))
+    if "forkserver" in cmd:
+        # The forkserver and the workers it forks share its command line: the forkserver is the
+        # one whose parent is the server.
+        return "forkserver" if _safe(p.ppid, 0) == server_pid else "workers"
+    return "other"
 
 
 def _safe(fn, default):
@@ -526,6 +548,10 @@ def print_report(rep: dict) -> None:
         print(f"steady replica {key}: mean {fit.get('mean', 0):.1f}, "
               f"{fmt(fit['pct_per_hour'], '+.2f')} %/hour over {fit['span_s']:.0f} s "
               f"({fit['samples']} samples after the first window)")
+    for kind, fit in rep.get("rss_growth_by_kind", {}).items():
+        print(f"  of which {kind:10s}: mean {fit.get('mean', 0):7.1f} MB, "
+              f"{fmt(fit.get('per_hour'), '+.1f')} MB/hour "
+              f"({fmt(fit['pct_per_hour'], '+.2f')} %/hour of its own)")
     longest = max((o["seen_s"] for o in rep["orphans"]), default=0)
     print(f"orphans of killed replicas: {len(rep['orphans'])}, longest seen {longest:.0f} s")
     for key, v in rep["leftovers"].items():
@@ -667,6 +693,10 @@ def soak(args: argparse.Namespace, scratch: Path) -> int:
                            samples),
         "growth": {k: fit_growth([s["t_s"] for s in fit], [s["steady"][k] for s in fit])
                    for k in ("rss_mb", "fds")},
+        # Which process grows: the same fit per kind of process (INFO, not a goal).
+        "rss_growth_by_kind": {
+            k: fit_growth([s["t_s"] for s in fit], [s["steady"]["rss_mb_by_kind"][k] for s in fit])
+            for k in PROCESS_KINDS},
         "orphans": [{"pid": pid, "first_s": a, "seen_s": b - a, "cmd": cmd}
                     for pid, (a, b, cmd) in sorted(seen_orphans.items())],
         "leftovers": left,

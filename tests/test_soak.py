@@ -63,6 +63,13 @@ def test_soak_half_a_minute(tmp_path: Path) -> None:
         assert key in s
     for key in ("rss_mb", "fds"):
         assert {"samples", "span_s", "pct_per_hour"} <= set(rep["growth"][key])
+    # Per kind of process: the server and a forkserver with its worker always run; together
+    # they are the replica's RSS.
+    kinds = s["steady"]["rss_mb_by_kind"]
+    assert set(kinds) == {"server", "forkserver", "workers", "other"}
+    assert kinds["server"] > 0 and kinds["forkserver"] > 0 and kinds["workers"] > 0, kinds
+    assert abs(sum(kinds.values()) - s["steady"]["rss_mb"]) <= 0.05 * s["steady"]["rss_mb"]
+    assert set(rep["rss_growth_by_kind"]) == set(kinds)
 
     left = rep["leftovers"]
     for key in ("processes", "shm", "cgroups", "scratch_clean_stop"):
