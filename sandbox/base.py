@@ -14,18 +14,23 @@ the process and everything it started are killed and reaped before ``run`` retur
 from __future__ import annotations
 
 import math
+import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
 __all__ = [
     "CLOSED",
+    "POLICY_FILE",
     "RunResult",
     "Sandbox",
     "SandboxLimits",
     "SandboxUnavailable",
     "StdoutHook",
     "check_file_name",
+    "policy_rlimits",
 ]
 
 RunStatus = Literal["ok", "timeout", "memory", "output_limit", "signal", "stopped", "error"]
@@ -47,6 +52,50 @@ CLOSED = "cancelled: the sandbox was closed"
 """``RunResult.detail`` of a run that ``close()`` killed, or that was asked for after it."""
 
 
+POLICY_FILE = Path(__file__).with_name("policy") / "nsjail.cfg"
+"""THE sandbox policy (sandbox/README.md). nsjail loads it with ``--config``; the docker backend
+reads its fixed rlimits (``policy_rlimits``), so both backends hold the same ones."""
+
+PER_RUN_RLIMITS = ("as", "cpu", "fsize", "nproc")
+"""The rlimits that come from :class:`SandboxLimits`, per run: on nsjail's command line
+(``--rlimit_as/cpu/fsize/nproc``) and docker's ulimits/cgroups. The policy file must not state
+them (nor ``time_limit``): a value there never took effect, the command line overrides it."""
+
+# The fixed rlimits the policy file may state, and the unit nsjail reads each in (its
+# config.proto): the kernel's limit is value x unit. Docker's ulimit of the same name takes the
+# kernel's unit (bytes or a count).
+_POLICY_RLIMIT_UNITS = {
+    "core": 1 << 20,  # MiB
+    "nofile": 1,
+    "memlock": 1 << 10,  # KiB
+    "msgqueue": 1,  # bytes
+    "rtprio": 1,
+    "stack": 1 << 20,  # MiB
+}
+_RLIMIT_LINE = re.compile(r"^[ \t]*rlimit_([a-z]+)(_type)?[ \t]*:[ \t]*(\w+)[ \t]*(?:#.*)?$",
+                          re.MULTILINE)
+
+
+def policy_rlimits(path: str | os.PathLike = POLICY_FILE) -> dict[str, int]:
+    """The fixed rlimits of the policy file, ``{name: kernel value}`` (bytes or a count), named
+    as RLIMIT_<NAME> and docker's ulimits are (``nofile``, ``core``, ``memlock``, ...). Lines
+    ``rlimit_X_type: ...`` are nsjail's own business and skipped. Raises ValueError on a per-run
+    rlimit (``PER_RUN_RLIMITS``) or one whose unit is not known here: a limit stated in the file
+    must mean the same thing for every backend."""
+    found: dict[str, int] = {}
+    for name, is_type, value in _RLIMIT_LINE.findall(Path(path).read_text()):
+        if name in PER_RUN_RLIMITS:
+            raise ValueError(
+                f"{path}: rlimit_{name} is per run (SandboxLimits, on the command line); "
+                "the policy file must not state it"
+            )
+        if name not in _POLICY_RLIMIT_UNITS:
+            raise ValueError(f"{path}: rlimit_{name} has no known unit in sandbox/base.py")
+        if not is_type:
+            found[name] = int(value) * _POLICY_RLIMIT_UNITS[name]
+    return found
+
+
 class SandboxUnavailable(Exception):
     """The sandbox cannot run programs here; the message says why (from the self-test)."""
 
@@ -54,6 +103,11 @@ class SandboxUnavailable(Exception):
 @dataclass(frozen=True)
 class SandboxLimits:
     """Limits of one run. Defaults suit one sample of a competitive-programming problem.
+
+    The only source of every per-run limit: each backend puts them on its own command line or
+    container config (nsjail: ``--time_limit``, ``--rlimit_as/cpu/fsize/nproc``, the scratch
+    tmpfs, the cgroup limits), never in the policy file, which states only the fixed rlimits
+    (``policy_rlimits``).
 
     - ``wall_s``: wall-clock deadline of the whole run (enforced by the caller, and by the
       backend as a backstop).

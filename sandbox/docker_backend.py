@@ -3,7 +3,11 @@
 Same limits as nsjail: ``network_mode=none``, read-only root filesystem, a size-capped tmpfs
 at /tmp (the working directory), uid/gid 65534, all capabilities dropped, no-new-privileges,
 memory (and memory+swap) limit, pids limit, one core of CPU for the container (as nsjail's
-``JAIL_CPU_MS_PER_SEC``), rlimits for CPU time, file size and open files, and the wall deadline enforced from here (the container is killed and removed).
+``JAIL_CPU_MS_PER_SEC``), rlimits for CPU time and file size (per run, from ``SandboxLimits``),
+the fixed rlimits of nsjail's policy file read from that file (open files, core dumps, locked
+memory, message queues, real-time priority: ``sandbox.base.policy_rlimits``, so the two
+backends cannot drift), and the wall deadline enforced from here (the container is killed and
+removed).
 
 Input files travel on stdin in front of the program's own stdin (a small tar that a bootstrap
 extracts into /tmp before it ``exec``s the command), so the backend works with a remote engine
@@ -28,7 +32,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from .base import (
-    CLOSED, JAIL_CPU_MS_PER_SEC, RunResult, SandboxLimits, SandboxUnavailable, StdoutHook, ceil_s, check_file_name,
+    CLOSED,
+    JAIL_CPU_MS_PER_SEC,
+    RunResult,
+    SandboxLimits,
+    SandboxUnavailable,
+    StdoutHook,
+    ceil_s,
+    check_file_name,
+    policy_rlimits,
 )
 from .process import append_capped
 
@@ -55,6 +67,21 @@ def _tar(files: Mapping[str, bytes]) -> bytes:
             info.mode = 0o444
             tf.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+def ulimits(lim: SandboxLimits) -> list[tuple[str, int, int]]:
+    """The container's rlimits, ``(name, soft, hard)``: CPU time and file size from ``lim``
+    (the per-run ones docker has no cgroup for), then every fixed rlimit of nsjail's policy
+    file, soft = hard (nsjail's VALUE). Read per call: the file is small, and a sandbox never
+    holds a stale copy."""
+    cpu = ceil_s(lim.cpu_s)
+    fsize = lim.file_size_mb * 1024 * 1024
+    return [
+        # soft < hard: SIGXCPU at the soft limit (the exit status docker reports as 128+24).
+        ("cpu", cpu, cpu + 1),
+        ("fsize", fsize, fsize),
+        *((name, v, v) for name, v in policy_rlimits().items()),
+    ]
 
 
 def _kill_quietly(api: Any, cid: str) -> None:
@@ -194,8 +221,6 @@ class DockerSandbox:
         # lazy: an optional dependency (the docker extra)
         import docker  # type: ignore[import-not-found]
 
-        cpu = ceil_s(lim.cpu_s)
-        fsize = lim.file_size_mb * 1024 * 1024
         host_config = api.create_host_config(
             network_mode="none",
             mem_limit=lim.memory_mb * 1024 * 1024,
@@ -211,10 +236,8 @@ class DockerSandbox:
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             ulimits=[
-                docker.types.Ulimit(name="cpu", soft=cpu, hard=cpu + 1),
-                docker.types.Ulimit(name="fsize", soft=fsize, hard=fsize),
-                docker.types.Ulimit(name="nofile", soft=256, hard=256),
-                docker.types.Ulimit(name="core", soft=0, hard=0),
+                docker.types.Ulimit(name=name, soft=soft, hard=hard)
+                for name, soft, hard in ulimits(lim)
             ],
             runtime=self.runtime,
             # An init (the engine's docker-init) as PID 1: the kernel ignores signals without a

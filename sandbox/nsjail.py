@@ -7,7 +7,8 @@ the command line after ``--config`` (an argument list, never a shell string):
 - per run: the identity (uid/gid 65534 inside, mapped to an outside uid/gid leased for this
   run from a pool, ``sandbox/uidpool.py``: per-user kernel quotas are charged to the outside
   uid, so concurrent jails must not share one), ``--time_limit``,
-  ``--rlimit_as/cpu/fsize/nproc``, the scratch tmpfs with its size cap
+  ``--rlimit_as/cpu/fsize/nproc`` (from ``SandboxLimits``, their only source: the policy file
+  does not state them, ``base.PER_RUN_RLIMITS``), the scratch tmpfs with its size cap
   (``-m none:/tmp:tmpfs:size=N,nr_inodes=M``), cgroup limits, and read-only binds of the run's
   input files into the scratch directory;
 - per host: the interpreter's installation prefix when it is not under ``/usr`` (it must be
@@ -43,6 +44,7 @@ from . import scratch, uidpool, warm
 from .base import (
     CLOSED,
     JAIL_CPU_MS_PER_SEC,
+    POLICY_FILE,
     RunResult,
     SandboxLimits,
     SandboxUnavailable,
@@ -62,8 +64,7 @@ from .process import (
 
 log = logging.getLogger(__name__)
 
-POLICY_VERSION = 3
-POLICY_FILE = Path(__file__).with_name("policy") / "nsjail.cfg"
+POLICY_VERSION = 4
 SANDBOX_UID = 65534
 """The uid (and gid) of the program INSIDE every jail. Outside, each run is a uid of its own
 from the pool (``uid_pool``), or 65534 too in single-uid mode."""

@@ -166,7 +166,7 @@ def test_off_policy_quadruples_are_what_the_config_derives() -> None:
         assert (q.n_sgd, q.rollout_batch_size, q.mini_batch_size, q.n_reuse) == \
             (int(n_sgd), names[dr], names[dt], int(reuse))
     quick = {int(v.quadruple[0]) for v in a.variants_for("quick")}
-    assert {1, 4} <= quick  # the floor for the quick profile
+    assert {1, 4} <= quick  # the quick profile's floor: N_SGD 1 and 4
     assert [v.name for v in a.variants_for("full")] == ["on-policy", "nsgd4-mb", "nsgd4-reuse"]
     assert len(a.variants) == 5  # every quadruple of the report's Fig. 16, two optional
 

@@ -70,7 +70,7 @@ def power_curve(rule: Rule) -> list[float]:
 
 
 def meets_the_goals(rule: Rule) -> list[str]:
-    """What a rule gets wrong against the issue's goals (empty: all met)."""
+    """What a rule gets wrong against the goals set for it (empty: all met)."""
     failures = []
     for n in SEED_COUNTS:
         r = rates(rule, n, 0.0, rng_seed=100 + n)

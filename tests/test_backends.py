@@ -497,7 +497,7 @@ def test_a_reference_too_large_for_the_memory_is_refused_before_loading(model_di
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 17: the output layer on response positions only; on-policy updates without the
+# The output layer on response positions only; on-policy updates without the
 # separate old-log-prob forward
 # ---------------------------------------------------------------------------------------------
 

@@ -3,7 +3,13 @@ rules, early stop vs run-all, bad ground truths and a broken sandbox. Real nsjai
 
 from __future__ import annotations
 
+import ast
 import json
+import marshal
+import os
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 
@@ -15,7 +21,7 @@ from tests.conftest_sandbox import (SUM_GT, SUM_OK, nsjail_sandbox, refuse_sandb
 from verifier import code_score
 from verifier.code_score import score_code
 from verifier.ground_truth import BadGroundTruth, parse_ground_truth
-from verifier.harness import framing
+from verifier.harness import build, framing, harness_source
 from verifier.output_compare import outputs_match, values_match
 from verifier.items import PROFILES, Item, Limits, Status
 from verifier.profiles import get_profile
@@ -477,6 +483,111 @@ def test_a_record_with_a_field_of_the_wrong_type_is_the_programs_failure(bad):
     stream = code_score._Stream(keys, judge.on_record)
     assert stream.feed(_record(keys[0], head, [b"3\n", b""])) is True
     assert judge.results[0] == (Status.CORRECT, "")
+
+
+# -- the judge-harness payload -----------------------------------------------------------------
+# Declared once (framing.PAYLOAD_FIELDS), built in one function (code_score.harness_payload),
+# checked on both sides.
+
+LEETCODE_GT = {
+    "test_code": "def check(candidate):\n    assert candidate(1) == 2\n",
+    "entry_point": "inc",
+}
+PAYLOAD_ARGS = dict(test_timeout=6, memory_mb=256, output_bytes=1 << 20, stop_on_fail=True,
+                    oom_is_memory=True, budget_s=12.5, packages="/opt/sandbox-packages")
+
+
+def _declared(mode: str) -> set[str]:
+    return set(framing.PAYLOAD_FIELDS) | set(framing.PAYLOAD_MODE_FIELDS[mode])
+
+
+@pytest.mark.parametrize("profile", ["default", "lcb", "skywork"])
+@pytest.mark.parametrize("gt", [SUM_GT, CALL_GT, ASSERT_GT, LEETCODE_GT],
+                         ids=["stdio", "call", "asserts", "leetcode"])
+def test_the_judge_builds_exactly_the_declared_payload(gt, profile):
+    spec = parse_ground_truth(gt)
+    cfg = code_score.harness_payload(spec, "print(1)", get_profile(profile), **PAYLOAD_ARGS)
+    assert set(cfg) == _declared(spec.mode)
+    assert framing.payload_problem(cfg) == ""
+    assert marshal.loads(marshal.dumps(cfg, 4)) == cfg  # what the harness receives
+
+
+def test_the_declared_payload_is_the_one_the_harness_reads():
+    """Every ``cfg[...]`` the harness's parts read is declared (or one main() adds itself);
+    every declared field is read somewhere."""
+    read: set[str] = set()
+    for part in build.PARTS:
+        for node in ast.walk(ast.parse((build.HERE / part).read_text())):
+            if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
+                    and node.value.id == "cfg" and isinstance(node.slice, ast.Constant)):
+                read.add(node.slice.value)
+    own = {"_budget", "_deadline"}  # set by main() from budget_s on arrival
+    declared = set().union(*map(_declared, framing.PAYLOAD_MODE_FIELDS))
+    assert read - own == declared
+
+
+@pytest.mark.parametrize("mode", sorted(framing.PAYLOAD_MODE_FIELDS))
+def test_the_payload_check_names_what_is_wrong(mode):
+    spec = parse_ground_truth({"stdio": SUM_GT, "call": CALL_GT, "check": ASSERT_GT}[mode])
+    cfg = code_score.harness_payload(spec, "print(1)", get_profile("default"), **PAYLOAD_ARGS)
+    for field in _declared(mode):
+        bad = {k: v for k, v in cfg.items() if k != field}
+        assert field in framing.payload_problem(bad), field
+    assert "'extra'" in framing.payload_problem({**cfg, "extra": 1})
+    assert "'memory_mb' is a bool" in framing.payload_problem({**cfg, "memory_mb": True})
+    assert "unknown mode" in framing.payload_problem({**cfg, "mode": "json"})
+    assert "not a dict" in framing.payload_problem([cfg])
+
+
+def test_the_harness_refuses_a_payload_missing_a_field():
+    """The shipped harness, given a payload without ``budget_s``, answers with one
+    authenticated "payload_error" record naming it (before anything of a program runs), which
+    the judge reads as INTERNAL_ERROR: the verifier's bug, never the program's verdict."""
+    spec = parse_ground_truth(SUM_GT)
+    cfg = code_score.harness_payload(spec, "print(1)", get_profile("default"), **PAYLOAD_ARGS)
+    del cfg["budget_s"]
+    payload = marshal.dumps(cfg, 4)
+    keys = [bytes([k]) * framing.KEY_BYTES for k in range(4)]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "harness.py")
+        with open(path, "wb") as f:
+            f.write(harness_source())
+        run = subprocess.run([sys.executable, "-I", "-S", path],
+                             input=len(payload).to_bytes(8, "big") + payload + b"".join(keys),
+                             capture_output=True, timeout=60)
+    judge = code_score._Judge(spec, True, code_score.run_inline, time.monotonic() + 10)
+    stream = code_score._Stream(keys, judge.on_record)
+    assert stream.feed(run.stdout) is False and not stream.error, (run.stdout, run.stderr)
+    assert stream.seq == 1 and judge.special is not None
+    assert judge.special.status is Status.INTERNAL_ERROR
+    assert "field(s) missing: budget_s" in judge.special.detail
+
+
+def test_a_payload_the_harness_refuses_is_internal_error(nsjail_sandbox, monkeypatch):
+    """Through the whole scorer and a real jail: a payload missing a field (a judge whose
+    builder and harness disagree) is INTERNAL_ERROR naming the field."""
+    build_payload = code_score.harness_payload
+
+    def missing_field(*a, **kw):
+        cfg = build_payload(*a, **kw)
+        del cfg["n_units"]
+        return cfg
+
+    monkeypatch.setattr(code_score, "harness_payload", missing_field)
+    o = score(nsjail_sandbox, SUM_OK, SUM_GT)
+    assert o.status is Status.INTERNAL_ERROR and "n_units" in o.detail, o
+
+
+def test_a_bug_in_the_judge_is_internal_error(monkeypatch):
+    """An exception in the judge's own code is INTERNAL_ERROR (the proto's status for the
+    verifier's failures, which trainers treat as a missing result), never SANDBOX_ERROR."""
+
+    def bug(*a, **kw):
+        raise KeyError("judge bug")
+
+    monkeypatch.setattr(code_score, "harness_payload", bug)
+    o = score(NsjailSandbox(binary="/nonexistent"), SUM_OK, SUM_GT)
+    assert o.status is Status.INTERNAL_ERROR and "judge bug" in o.detail, o
 
 
 # -- the sandbox itself failing ----------------------------------------------------------------

@@ -151,7 +151,7 @@ def test_save_load_resumes_identically(model_dir, tmp_path, stage):
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("stage", [0, 3])
 def test_world_of_one_on_policy_update_equals_torch_backend(model_dir, stage):
-    """Issue 17: on-policy (one mini-batch, old_logprobs=None: the training forward's detached
+    """On-policy (one mini-batch, old_logprobs=None: the training forward's detached
     log-probs) DeepSpeed gives TorchBackend's recomputed-old-log-prob update, with its output
     layer on the response positions only (HF's logits_to_keep through the engine)."""
     batch, _, adv = make_batch()

@@ -16,6 +16,7 @@ finds or starts it and builds ``magic-rlvr/verifier`` once per run).
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -38,6 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 pytest.importorskip("docker", reason="the docker Python SDK is not installed (make setup)")
 
 from sandbox import SandboxLimits, SandboxUnavailable, create_sandbox
+from sandbox.base import policy_rlimits
 from scripts import docker_engine as de
 from tests.conftest import ServerProcess, math_item
 from tests.conftest_docker import (  # noqa: F401 - docker_env is a fixture
@@ -336,6 +338,17 @@ def test_docker_backend_isolation(sb) -> None:
     assert r.status == "ok", r
     assert r.stdout.split() == [b"65534", b"65534", b"nonet", b"ro", b"noshadow",
                                 b"0000000000000000"], r
+
+
+def test_docker_backend_fixed_rlimits_are_the_policy_files(sb) -> None:
+    """The fixed rlimits come from nsjail's policy file (sandbox.base.policy_rlimits), as
+    nsjail's jails have them (tests/test_sandbox.py)."""
+    fixed = policy_rlimits()
+    probe = "import resource as r\nprint({n: r.getrlimit(getattr(r, 'RLIMIT_' + n.upper())) " \
+            f"for n in {sorted(fixed)!r}}})"
+    r = py(sb, probe)
+    assert r.status == "ok" and r.exit_code == 0, r
+    assert ast.literal_eval(r.stdout.decode()) == {n: (v, v) for n, v in fixed.items()}
 
 
 def test_docker_backend_memory_limit(sb) -> None:

@@ -222,7 +222,7 @@ def test_invalid_params_rejected(engine: Any, prompts: list[list[int]]) -> None:
         engine.generate([[]], SamplingParams(n=1, max_tokens=2))
 
 
-# -- issue 17: one batch, finished chunks streamed out of it ---------------------------------
+# -- one batch, finished chunks streamed out of it -----------------------------------------
 
 def _eos_prone(eng: Any, prompts: list[list[int]], eos: int, strength: float) -> None:
     """Move E[eos] towards the mean final hidden state (tied embeddings): EOS becomes likely

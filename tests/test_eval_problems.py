@@ -443,7 +443,7 @@ def test_deeply_nested_or_undecodable_generations(tmp_path: Path, files: dict[st
 
 def test_bad_ground_truth_row_is_not_judged_with_its_generations(
         tmp_path: Path, server, capsys: pytest.CaptureFixture[str]) -> None:
-    # The case: a row whose ground truth cannot be parsed, named by the generations.
+    # The reported case: a row whose ground truth cannot be parsed, named by the generations.
     # The plain command finishes: the row is not judged (its generations counted and named),
     # the rest is scored, exit 3; with --skip-invalid the row and its generations are skipped.
     bad = lcb_row("bad_gt", "atcoder", "easy", "2024-09-14T00:00:00")
@@ -509,7 +509,7 @@ def test_a_5225_digit_expected_output_through_the_real_client(server) -> None:
     text = big_digits()
     assert len(text) == 5225
     items = [
-        # The row: a functional test whose expected output is a JSON string of it.
+        # The reported row: a functional test whose expected output is a JSON string of it.
         {"id": "lcb-text", "domain": "code", "profile": "lcb",
          "response": f"```python\n{BIG_PROGRAM}```",
          "ground_truth": {"inputs": [str(BIG_EXP)], "outputs": [text], "fn_name": "big"}},

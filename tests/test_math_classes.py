@@ -1,4 +1,4 @@
-"""The default profile's math classes of issue 31 (docs/verifier.md 1, verifier/math_rules.py):
+"""The default profile's math classes (docs/verifier.md 1, verifier/math_rules.py):
 hedged answers, false relations, relation symbols with no left side, hidden LaTeX, base
 subscripts, decimal percentages, intervals against inequalities. One table per class, both
 directions and the near misses that stay wrong.

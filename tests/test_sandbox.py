@@ -3,6 +3,7 @@ rule, the development backend, and an explained error where no Docker engine ans
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -16,7 +17,8 @@ import pytest
 
 from sandbox import RunResult, Sandbox, SandboxLimits, SandboxUnavailable, create_sandbox, uidpool
 from sandbox import scratch
-from sandbox.base import CLOSED
+from sandbox.base import CLOSED, PER_RUN_RLIMITS, policy_rlimits
+from sandbox.docker_backend import ulimits as docker_ulimits
 from sandbox.nsjail import FILES_DIR_PREFIX, POLICY_FILE, SANDBOX_UID, NsjailSandbox
 from tests.conftest_sandbox import (  # noqa: F401 (fixtures)
     PROJECT_ROOT,
@@ -83,6 +85,56 @@ def test_policy_is_one_versioned_file(nsjail_sandbox):
     cmd = nsjail_sandbox._command(["true"], SandboxLimits(), [], 1900000123)
     assert [cmd[i + 1] for i, a in enumerate(cmd) if a in ("--user", "-u", "--group", "-g")] \
         == ["65534:1900000123:1", "65534:1900000123:1"]
+
+
+# The fixed rlimits as a program sees them (RLIMIT_<NAME>), against the policy file's.
+RLIMIT_PROBE = (
+    "import resource as r\n"
+    "print(repr({n: r.getrlimit(getattr(r, 'RLIMIT_' + n.upper())) for n in %r}))\n"
+)
+
+
+def test_every_limit_has_one_source():
+    """Per-run limits come only from SandboxLimits (nsjail's command line, docker's config);
+    the fixed rlimits only from the policy file, which the docker backend reads. Fails when a
+    value is stated in a second place: a per-run rlimit or time_limit in the file (it never
+    took effect: the command line overrides it), a fixed one that docker sets by itself, an
+    rlimit line the reader would miss."""
+    text = POLICY_FILE.read_text()
+    assert not re.search(r"^\s*time_limit\s*:", text, re.MULTILINE)
+    fixed = policy_rlimits()  # raises on a per-run rlimit in the file
+    assert fixed == {"core": 0, "nofile": 64, "memlock": 0, "msgqueue": 0, "rtprio": 0}
+    # Every rlimit line of the file is one the reader parsed (a value or nsjail's `_type`).
+    stated = re.findall(r"^\s*rlimit_([a-z]+?)(_type)?\s*:", text, re.MULTILINE)
+    assert {n for n, t in stated if not t} == set(fixed)
+    assert {n for n, t in stated if t} <= set(fixed) | {"stack"}
+    # nsjail: the per-run values on the command line, each from its SandboxLimits field.
+    lim = SandboxLimits(wall_s=3, cpu_s=7, memory_mb=300, file_size_mb=5, max_procs=9)
+    cmd = NsjailSandbox(cgroup="off", uids="single")._command(["true"], lim, [], 65534)
+    opts = {a.removeprefix("--rlimit_"): cmd[i + 1] for i, a in enumerate(cmd)
+            if a.startswith("--rlimit_")}
+    assert opts == {"as": "300", "cpu": "7", "fsize": "5", "nproc": "9"}
+    assert set(opts) == set(PER_RUN_RLIMITS) and not set(opts) & set(fixed)
+    assert cmd.count("--time_limit") == 1
+    # docker: the same two sources, nothing of its own.
+    assert docker_ulimits(lim) == [("cpu", 7, 8), ("fsize", 5 << 20, 5 << 20)] + [
+        (n, v, v) for n, v in fixed.items()
+    ]
+
+
+@pytest.mark.parametrize("line", ["rlimit_cpu: 10", "rlimit_nproc: 64", "rlimit_nice: 0"])
+def test_the_policy_reader_refuses_a_second_source(tmp_path, line):
+    cfg = tmp_path / "p.cfg"
+    cfg.write_text(f"rlimit_nofile: 64\n{line}\n")
+    with pytest.raises(ValueError, match=line.split(":")[0]):
+        policy_rlimits(cfg)
+
+
+def test_fixed_rlimits_in_force_are_the_policy_files(nsjail_sandbox):
+    fixed = policy_rlimits()
+    r = py(nsjail_sandbox, RLIMIT_PROBE % (sorted(fixed),))
+    assert r.status == "ok" and r.exit_code == 0, r
+    assert ast.literal_eval(r.stdout.decode()) == {n: (v, v) for n, v in fixed.items()}
 
 
 def test_self_test_reports_mode(nsjail_sandbox):

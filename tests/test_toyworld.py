@@ -253,7 +253,7 @@ def _fake_run(run: Path, evals: list[tuple[int, float]], truncated: list[float],
 def test_demo_summary_checks_the_goals_from_the_run_directory(tmp_path) -> None:
     """`make demo`'s closing report: the held-out gain from the first to the last evaluation,
     the truncated and no-answer fractions averaged over exactly the last 10 steps, closed think
-    blocks in the last two sample files, the time; each against the issue's goal."""
+    blocks in the last two sample files, the time; each against its goal (``GOALS``)."""
     demo = _demo_script()
     assert demo.GOALS == {"gain_points": 15.0, "truncated_last10": 0.25, "seconds": 600.0}
     done = "<think>2+1=3:3</think>\\boxed{3}"

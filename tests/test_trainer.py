@@ -265,7 +265,7 @@ def test_verification_overlaps_generation(data, policy, tmp_path) -> None:
 @pytest.mark.parametrize("mini_batch_size, old_forwards", [(None, 0), (2, 1)])
 def test_on_policy_steps_skip_the_old_logprob_forward(data, policy, tmp_path, mini_batch_size,
                                                       old_forwards) -> None:
-    """Issue 17: with N_SGD = 1 (MAGIC's default) a step runs no separate no-grad forward for
+    """With N_SGD = 1 (MAGIC's default) a step runs no separate no-grad forward for
     the old log-probs (the update's own forward gives them); two mini-batches (N_SGD = 2) keep
     the recomputation, over the response positions only."""
     from trainer.loop import Trainer

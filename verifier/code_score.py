@@ -58,6 +58,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import marshal
 import secrets
 import time
@@ -81,12 +82,13 @@ from .output_compare import (
 from .pool import DeadlineExceeded, TaskFailed, WorkerDied
 from .profiles import DEFAULT_MAX_OUTPUT_MB, PROFILE_TABLE, Profile
 
+log = logging.getLogger(__name__)
+
 # Runs fn(*args) within deadline_s seconds (raising DeadlineExceeded, TaskFailed or WorkerDied).
 RunBounded = Callable[[Callable[..., Any], tuple, float], Any]
 
 MAX_ITEM_TIMEOUT_S = 60.0
 ITEM_SLACK_S = 3.0
-PROGRAM_OUTPUT_BYTES = 8 * 1024 * 1024  # default per test: more is OUTPUT_LIMIT
 MIN_COMPARE_S = 1.0  # the least time a comparison gets, even at the end of an item's time
 DEFAULT_PROFILE = PROFILE_TABLE["default"]
 MAX_PROFILE_ITEM_S = 300.0  # the longest whole-sample budget a profile's rule gives
@@ -280,6 +282,12 @@ class _Judge:
                 Status.INVALID_INPUT, f"ground truth test code failed: {head.get('detail', '')}"
             )
             return False
+        if t == "payload_error":  # sent before any program code runs: the verifier's bug
+            self.special = Outcome(
+                Status.INTERNAL_ERROR,
+                f"the judge's payload was refused by its harness: {head.get('detail', '')}",
+            )
+            return False
         if t == "harness_error":
             self.special = Outcome(
                 Status.SANDBOX_ERROR, f"the judge's harness failed: {head.get('detail', '')}"
@@ -403,8 +411,9 @@ def item_timeout(
 ) -> float:
     """The whole item's deadline: ``limits.timeout_s``, else by the profile's sample budget:
     "default" min(n x test limit + slack, 60 s); "lcb" (test limit + 1) x n + 5 s
-    (LiveCodeBench's ``check_correctness``), capped at MAX_PROFILE_ITEM_S (the server's
-    default maximum; Skywork caps at the same 300 s)."""
+    (LiveCodeBench's ``check_correctness``), capped at the fixed MAX_PROFILE_ITEM_S (300 s:
+    Skywork's cap, and the default of the server's ``max_timeout_s``, which bounds only an
+    item's own ``timeout_s`` and does not change this cap)."""
     if limits.timeout_s is not None:
         return float(limits.timeout_s)
     tt = tt or limits.test_timeout_s or DEFAULT_PROFILE.test_timeout_s
@@ -479,8 +488,11 @@ def score_code(
         return _score(response, ground_truth, limits or Limits(), sandbox, run_bounded, profile,
                       {} if costs is None else costs)
     except Exception as e:  # a bug here must not crash the batch; it is not the program's fault
+        # nor the sandbox's: INTERNAL_ERROR, which the proto reserves for the verifier's own
+        # failures (trainers treat it as a missing result, never a genuine 0).
+        log.exception("code judge failed")
         return Outcome(
-            Status.SANDBOX_ERROR, f"internal error while judging: {type(e).__name__}: {e}"
+            Status.INTERNAL_ERROR, f"internal error while judging: {type(e).__name__}: {e}"
         )
 
 
@@ -516,7 +528,6 @@ def _score(
     timeout = item_timeout(limits, total, tt, profile.sample_budget)
     stop_on_fail = not limits.run_all_tests
     oom_is_memory = getattr(sandbox, "cgroup_mode", "off") != "off" or sandbox.name == "docker"
-    kind = spec.units.get("kind") if spec.mode == "check" else None
     packages = getattr(sandbox, "packages_path", None)
     if profile.numpy and not packages:
         return Outcome(
@@ -526,37 +537,14 @@ def _score(
             0,
             total,
         )
-    # The profile's preamble runs in the program's namespace before the program (and before
-    # the evaluator's test code: both see the same names, as in the reference judges).
     # A profile with no output cap of its own (lcb) gets the server's maximum (the Scorer
     # puts it in, verifier.profiles.output_cap); called directly, the default maximum.
     out_bytes = (profile.output_bytes if profile.output_bytes is not None
                  else DEFAULT_MAX_OUTPUT_MB << 20)
-    preamble = {"asserts": profile.assert_preamble,
-                "leetcode": profile.leetcode_preamble}.get(kind, profile.preamble)
-    cfg = {
-        "mode": spec.mode,
-        "source": program,
-        "prefix": preamble + spec.prefix,
-        "int_digits": profile.int_max_str_digits,
-        "exit_ok": profile.stdio_exit_ok,
-        "sys_path": packages if profile.numpy else None,
-        "test_timeout": tt,
-        "memory_mb": memory_mb,
-        "output_bytes": out_bytes,
-        "lcb": profile.harness == "lcb",
-        "stop_on_fail": stop_on_fail,
-        "oom_is_memory": oom_is_memory,
-        "budget_s": max(0.5, timeout - 0.5),
-        "n_units": total,
-    }
-    if spec.mode == "stdio":
-        cfg["inputs"] = spec.inputs
-    elif spec.mode == "call":
-        cfg["inputs"] = spec.inputs
-        cfg["fn_name"] = spec.fn_name
-    else:
-        cfg["units"] = spec.units
+    cfg = harness_payload(spec, program, profile, test_timeout=tt, memory_mb=memory_mb,
+                          output_bytes=out_bytes, stop_on_fail=stop_on_fail,
+                          oom_is_memory=oom_is_memory, budget_s=max(0.5, timeout - 0.5),
+                          packages=packages)
     try:
         # Judge -> harness is the trusted direction: marshal (cheap to load in the sandbox).
         payload = marshal.dumps(cfg, 4)
@@ -589,6 +577,48 @@ def _score(
         )
     costs.update(judge.costs(run.cpu_s))
     return _verdict(spec, judge, stream, run, timeout)
+
+
+def harness_payload(
+    spec: Spec, program: str, profile: Profile, *, test_timeout: float, memory_mb: int,
+    output_bytes: int, stop_on_fail: bool, oom_is_memory: bool, budget_s: float,
+    packages: str | None,
+) -> dict[str, Any]:
+    """The payload of one sample for the harness: the fields ``framing.PAYLOAD_FIELDS``
+    declares (their one declaration, shared with the harness), built here only, and checked
+    against that declaration (ValueError: a bug of this function; the harness checks again on
+    arrival)."""
+    kind = spec.units.get("kind") if spec.mode == "check" else None
+    # The profile's preamble runs in the program's namespace before the program (and before
+    # the evaluator's test code: both see the same names, as in the reference judges).
+    preamble = {"asserts": profile.assert_preamble,
+                "leetcode": profile.leetcode_preamble}.get(kind, profile.preamble)
+    cfg: dict[str, Any] = {
+        "mode": spec.mode,
+        "source": program,
+        "prefix": preamble + spec.prefix,
+        "int_digits": profile.int_max_str_digits,
+        "exit_ok": profile.stdio_exit_ok,
+        "sys_path": packages if profile.numpy else None,
+        "test_timeout": float(test_timeout),
+        "memory_mb": memory_mb,
+        "output_bytes": output_bytes,
+        "lcb": profile.harness == "lcb",
+        "stop_on_fail": stop_on_fail,
+        "oom_is_memory": oom_is_memory,
+        "budget_s": float(budget_s),
+        "n_units": spec.total,
+    }
+    if spec.mode == "check":
+        cfg["units"] = spec.units
+    else:
+        cfg["inputs"] = spec.inputs
+        if spec.mode == "call":
+            cfg["fn_name"] = spec.fn_name
+    problem = framing.payload_problem(cfg)
+    if problem:
+        raise ValueError(f"the harness payload does not match framing.PAYLOAD_FIELDS: {problem}")
+    return cfg
 
 
 def _verdict(spec: Spec, judge: _Judge, stream: _Stream, run: RunResult, timeout: float) -> Outcome:

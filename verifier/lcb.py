@@ -284,14 +284,6 @@ def parse_lcb_tests(row: dict[str, Any]) -> dict[str, Any]:
     return lcb_ground_truth(tests, meta.get("func_name"))
 
 
-def parse_lcb_row(row: dict[str, Any]) -> tuple[str, dict[str, Any], LcbQuestion]:
-    """``(question_id, ground truth, question)`` of a release row (:func:`parse_lcb_head`, then
-    :func:`parse_lcb_tests`). Raises ValueError naming the field that is wrong (the caller adds
-    the file and row)."""
-    qid, question = parse_lcb_head(row)
-    return qid, parse_lcb_tests(row), question
-
-
 # ---------------------------------------------------------------------------------------------
 # Prompts
 # ---------------------------------------------------------------------------------------------

@@ -97,7 +97,8 @@ class Profile:
     """Time limit of one assert or LeetCode-style unit (None: ``test_timeout_s``)."""
     sample_budget: Literal["default", "lcb"] = "default"
     """The whole sample's time: "default" min(n x test + 3, 60) s; "lcb" (test + 1) x n + 5 s,
-    capped only by the server's maximum."""
+    capped at a fixed 300 s (``code_score.MAX_PROFILE_ITEM_S``: Skywork's cap, and the default
+    of the server's ``max_timeout_s``, which bounds only what an item asks for itself)."""
     memory_mb: int = 1024
     """The program's address-space limit unless the item asks for another."""
     numpy: bool = False

@@ -390,7 +390,7 @@ class Watch:
         # host; sandbox/nsjail.py's CPU_LIMIT_SEEN.)
         elif sig == signal.SIGXCPU or (sig == signal.SIGKILL and self.cpu >= 0.85 * cpu_limit):
             status = "timeout"
-        elif sig == signal.SIGKILL and not self.killed_by_us and cfg.get("oom_is_memory"):
+        elif sig == signal.SIGKILL and not self.killed_by_us and cfg["oom_is_memory"]:
             status = "memory"  # the cgroup OOM killer: nothing else sends SIGKILL unasked
         elif sig is not None:
             status = "signal"

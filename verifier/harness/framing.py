@@ -1,6 +1,7 @@
-"""Framing: length-prefixed JSON messages between the jail's processes (the evaluator and the
-program's process), and the HMAC-authenticated record stream from the harness to the judge
-(see runners.py's docstring for the protocol).
+"""Framing: the judge's payload (its one declaration, ``PAYLOAD_FIELDS``), length-prefixed JSON
+messages between the jail's processes (the evaluator and the program's process), and the
+HMAC-authenticated record stream from the harness to the judge (see runners.py's docstring for
+the protocol).
 
 Part of the judge's harness (generated into ``harness.py`` by ``python -m
 verifier.harness.build``); the judge imports its constants. Standard library only, and only
@@ -41,6 +42,58 @@ MAC_BYTES = 32
 MSG_CAP = 64 * 1024 * 1024  # largest message between the evaluator and the program
 ERR_TAIL = 4096  # the most of a test's stderr a record carries
 TEXT_CAP = 1000  # the longest string in a record header (details can hold the program's text)
+
+# ---------------------------------------------------------------------------------------------
+# The payload, judge -> harness: a marshal-dumped dict (the trusted direction: marshal is cheap
+# to load in the jail). Declared here, once: the judge builds it in one function
+# (verifier.code_score.harness_payload) and the harness checks it on arrival (runners.main),
+# both with ``payload_problem``. Each field with the exact types its value may have (a bool is
+# not an int here).
+
+_NONE = type(None)
+PAYLOAD_FIELDS = {
+    "mode": (str,),  # the runner: "stdio", "call" or "check" (asserts, LeetCode-style)
+    "source": (str,),  # the program's text (compiled in the jail)
+    "prefix": (str,),  # the profile's preamble + the ground truth's imports and helper classes
+    "int_digits": (int, _NONE),  # sys.set_int_max_str_digits for the program (None: default)
+    "exit_ok": (bool,),  # stdin/stdout: a SystemExit of any status ends the program cleanly
+    "sys_path": (str, _NONE),  # the extra packages' directory (numpy), or None
+    "test_timeout": (float,),  # seconds of wall time per test
+    "memory_mb": (int,),  # RLIMIT_AS of each process that runs program code
+    "output_bytes": (int,),  # the cap on one test's stdout
+    "lcb": (bool,),  # LiveCodeBench's harness semantics for stdio and call (lcb_runner.py)
+    "stop_on_fail": (bool,),  # stop at the first failed test
+    "oom_is_memory": (bool,),  # a SIGKILL nobody here sent is the memory limit (cgroups)
+    "budget_s": (float,),  # the whole sample's wall time, from the payload's arrival
+    "n_units": (int,),  # the number of tests
+}
+PAYLOAD_MODE_FIELDS = {
+    "stdio": {"inputs": (list,)},  # each test's stdin text
+    "call": {"inputs": (list,), "fn_name": (str,)},  # each test's arguments; the function
+    "check": {"units": (dict,)},  # the test code (ground_truth.Spec.units)
+}
+
+
+def payload_problem(cfg):
+    """Why ``cfg`` is not a payload of the declared shape ("" when it is): not a dict, an
+    unknown mode, a field missing, one not declared, or a value of another type."""
+    if type(cfg) is not dict:
+        return f"the payload is a {type(cfg).__name__}, not a dict"
+    fields = PAYLOAD_MODE_FIELDS.get(cfg.get("mode"))
+    if fields is None:
+        return f"unknown mode {cfg.get('mode')!r}"
+    fields = {**PAYLOAD_FIELDS, **fields}
+    missing = [k for k in fields if k not in cfg]
+    if missing:
+        return f"field(s) missing: {', '.join(missing)}"
+    extra = sorted(repr(k) for k in cfg if k not in fields)
+    if extra:
+        return f"field(s) not declared for mode {cfg['mode']!r}: {', '.join(extra)}"
+    for k, types in fields.items():
+        if type(cfg[k]) not in types:
+            return f"field {k!r} is a {type(cfg[k]).__name__}"
+    return ""
+
 
 # ---------------------------------------------------------------------------------------------
 # Low-level plumbing.

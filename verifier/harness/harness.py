@@ -1,9 +1,11 @@
 """The judge's harness. It runs INSIDE the sandbox as its first process (PID 1 of the jail's PID
 namespace under nsjail and docker), on the sandbox's Python, with the standard library only.
 
-Protocol (judge -> harness, on stdin): an 8-byte big-endian length, a JSON payload of that
-length, then a stream of 32-byte keys. The payload holds the program, the test INPUTS and the
-limits; expected outputs of stdin/stdout and call-based tests never enter the sandbox.
+Protocol (judge -> harness, on stdin): an 8-byte big-endian length, a marshal payload of that
+length (a dict of the fields ``framing.PAYLOAD_FIELDS`` declares, checked on arrival: a payload
+of another shape is answered with one "payload_error" record), then a stream of 32-byte keys.
+The payload holds the program, the test INPUTS and the limits; expected outputs of stdin/stdout
+and call-based tests never enter the sandbox.
 
 Protocol (harness -> judge, on stdout): records ``b"MGK1" + len(head) (4 bytes) + head (JSON)
 + blobs + HMAC-SHA256``. Record n is authenticated with key n, which the harness reads from
@@ -399,6 +401,58 @@ MAC_BYTES = 32
 MSG_CAP = 64 * 1024 * 1024  # largest message between the evaluator and the program
 ERR_TAIL = 4096  # the most of a test's stderr a record carries
 TEXT_CAP = 1000  # the longest string in a record header (details can hold the program's text)
+
+# ---------------------------------------------------------------------------------------------
+# The payload, judge -> harness: a marshal-dumped dict (the trusted direction: marshal is cheap
+# to load in the jail). Declared here, once: the judge builds it in one function
+# (verifier.code_score.harness_payload) and the harness checks it on arrival (runners.main),
+# both with ``payload_problem``. Each field with the exact types its value may have (a bool is
+# not an int here).
+
+_NONE = type(None)
+PAYLOAD_FIELDS = {
+    "mode": (str,),  # the runner: "stdio", "call" or "check" (asserts, LeetCode-style)
+    "source": (str,),  # the program's text (compiled in the jail)
+    "prefix": (str,),  # the profile's preamble + the ground truth's imports and helper classes
+    "int_digits": (int, _NONE),  # sys.set_int_max_str_digits for the program (None: default)
+    "exit_ok": (bool,),  # stdin/stdout: a SystemExit of any status ends the program cleanly
+    "sys_path": (str, _NONE),  # the extra packages' directory (numpy), or None
+    "test_timeout": (float,),  # seconds of wall time per test
+    "memory_mb": (int,),  # RLIMIT_AS of each process that runs program code
+    "output_bytes": (int,),  # the cap on one test's stdout
+    "lcb": (bool,),  # LiveCodeBench's harness semantics for stdio and call (lcb_runner.py)
+    "stop_on_fail": (bool,),  # stop at the first failed test
+    "oom_is_memory": (bool,),  # a SIGKILL nobody here sent is the memory limit (cgroups)
+    "budget_s": (float,),  # the whole sample's wall time, from the payload's arrival
+    "n_units": (int,),  # the number of tests
+}
+PAYLOAD_MODE_FIELDS = {
+    "stdio": {"inputs": (list,)},  # each test's stdin text
+    "call": {"inputs": (list,), "fn_name": (str,)},  # each test's arguments; the function
+    "check": {"units": (dict,)},  # the test code (ground_truth.Spec.units)
+}
+
+
+def payload_problem(cfg):
+    """Why ``cfg`` is not a payload of the declared shape ("" when it is): not a dict, an
+    unknown mode, a field missing, one not declared, or a value of another type."""
+    if type(cfg) is not dict:
+        return f"the payload is a {type(cfg).__name__}, not a dict"
+    fields = PAYLOAD_MODE_FIELDS.get(cfg.get("mode"))
+    if fields is None:
+        return f"unknown mode {cfg.get('mode')!r}"
+    fields = {**PAYLOAD_FIELDS, **fields}
+    missing = [k for k in fields if k not in cfg]
+    if missing:
+        return f"field(s) missing: {', '.join(missing)}"
+    extra = sorted(repr(k) for k in cfg if k not in fields)
+    if extra:
+        return f"field(s) not declared for mode {cfg['mode']!r}: {', '.join(extra)}"
+    for k, types in fields.items():
+        if type(cfg[k]) not in types:
+            return f"field {k!r} is a {type(cfg[k]).__name__}"
+    return ""
+
 
 # ---------------------------------------------------------------------------------------------
 # Low-level plumbing.
@@ -948,7 +1002,7 @@ class Watch:
         # host; sandbox/nsjail.py's CPU_LIMIT_SEEN.)
         elif sig == signal.SIGXCPU or (sig == signal.SIGKILL and self.cpu >= 0.85 * cpu_limit):
             status = "timeout"
-        elif sig == signal.SIGKILL and not self.killed_by_us and cfg.get("oom_is_memory"):
+        elif sig == signal.SIGKILL and not self.killed_by_us and cfg["oom_is_memory"]:
             status = "memory"  # the cgroup OOM killer: nothing else sends SIGKILL unasked
         elif sig is not None:
             status = "signal"
@@ -1037,7 +1091,7 @@ def lcb_program_text(cfg):
     ``make_function``; call-based programs as ``preamble + "\\n\\n" + program`` (TU
     ``grade_call_based``: the preamble pasted as text, so ``from __future__`` after it is a
     SyntaxError)."""
-    preamble = cfg.get("prefix") or ""
+    preamble = cfg["prefix"]
     if cfg["mode"] == "stdio":
         return lcb_make_function(lcb_clean_if_name(cfg["source"]), preamble)
     return preamble + "\n\n" + cfg["source"]
@@ -1130,11 +1184,11 @@ def _lcb_stdio_test(method, inp, out_fd):
 def _lcb_program(cfg):
     """The program process of an lcb sample: guard, load, then one test per request."""
     _limits_in_child(cfg, cfg["_budget"] + 1)
-    program_settings(cfg.get("int_digits"))
+    program_settings(cfg["int_digits"])
     deny_in_process_hooks()
     send, exit_now, Exc = send_msg, os._exit, Exception
     req = MsgReader(3)
-    if cfg.get("sys_path") and "numpy" in cfg["source"]:
+    if cfg["sys_path"] and "numpy" in cfg["source"]:
         # LiveCodeBench's judging process imported numpy before its guard (TU imports it at
         # the top), so the program's ``import numpy`` finds it loaded: numpy's own import would
         # call what the guard removes. Imported only for programs that name it (~0.1 s).
@@ -1334,8 +1388,8 @@ def run_stdio(cfg, code, prefix_code, rep):
 
         def body(st=3):
             _limits_in_child(cfg, tt + 1)
-            program_settings(cfg.get("int_digits"))
-            run_main_program(code, st, prefix_code, bool(cfg.get("exit_ok")))
+            program_settings(cfg["int_digits"])
+            run_main_program(code, st, prefix_code, cfg["exit_ok"])
 
         t0 = time.monotonic()
         pid = spawn({0: memfd, 1: out_w, 2: err_w, 3: st_w}, body)
@@ -1530,7 +1584,7 @@ def program_server(code, prefix_code, req, announce_prefix=False):
 
 def _forked_program(cfg, code, prefix_code):
     _limits_in_child(cfg, cfg["_budget"] + 1)
-    program_settings(cfg.get("int_digits"))
+    program_settings(cfg["int_digits"])
     deny_in_process_hooks()
     program_server(code, prefix_code, MsgReader(3))
 
@@ -1575,9 +1629,9 @@ class Program:
                     self.req_w,
                     {
                         "source": cfg["source"],
-                        "prefix": cfg.get("prefix") or "",
-                        "int_digits": cfg.get("int_digits"),
-                        "sys_path": cfg.get("sys_path"),
+                        "prefix": cfg["prefix"],
+                        "int_digits": cfg["int_digits"],
+                        "sys_path": cfg["sys_path"],
                     },
                 )
             except OSError:
@@ -2322,11 +2376,15 @@ def main():
     # The payload comes from the judge (trusted direction), so marshal is fine and cheap.
     cfg = marshal.loads(read_exact(0, n))
     start = time.monotonic()
+    problem = payload_problem(cfg)
+    if problem:  # the judge and this harness disagree on the payload: a bug of the verifier's
+        rep.emit({"type": "payload_error", "detail": problem})
+        return
     cfg["_budget"] = float(cfg["budget_s"])
-    if cfg.get("sys_path"):
+    if cfg["sys_path"]:
         sys.path.append(cfg["sys_path"])  # the profile's extra packages (numpy), read-only
     cfg["_deadline"] = start + cfg["_budget"]
-    if cfg.get("lcb") and cfg["mode"] in ("stdio", "call"):
+    if cfg["lcb"] and cfg["mode"] in ("stdio", "call"):
         # LiveCodeBench's harness semantics (lcb_runner.py): the program's text is rewritten
         # and compiled there, as LiveCodeBench does, so it is not compiled as it is here.
         run_lcb(cfg, rep)
@@ -2336,7 +2394,7 @@ def main():
     try:
         code = compile(cfg["source"], "solution.py", "exec")
         prefix_code = (
-            compile(cfg["prefix"], "import_prefix.py", "exec") if cfg.get("prefix") else None
+            compile(cfg["prefix"], "import_prefix.py", "exec") if cfg["prefix"] else None
         )
     except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as e:
         rep.emit({"type": "syntax", "detail": f"{type(e).__name__}: {e}"[:500]})

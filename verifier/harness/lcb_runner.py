@@ -123,7 +123,7 @@ def lcb_program_text(cfg):
     ``make_function``; call-based programs as ``preamble + "\\n\\n" + program`` (TU
     ``grade_call_based``: the preamble pasted as text, so ``from __future__`` after it is a
     SyntaxError)."""
-    preamble = cfg.get("prefix") or ""
+    preamble = cfg["prefix"]
     if cfg["mode"] == "stdio":
         return lcb_make_function(lcb_clean_if_name(cfg["source"]), preamble)
     return preamble + "\n\n" + cfg["source"]
@@ -216,11 +216,11 @@ def _lcb_stdio_test(method, inp, out_fd):
 def _lcb_program(cfg):
     """The program process of an lcb sample: guard, load, then one test per request."""
     _limits_in_child(cfg, cfg["_budget"] + 1)
-    program_settings(cfg.get("int_digits"))
+    program_settings(cfg["int_digits"])
     deny_in_process_hooks()
     send, exit_now, Exc = send_msg, os._exit, Exception
     req = MsgReader(3)
-    if cfg.get("sys_path") and "numpy" in cfg["source"]:
+    if cfg["sys_path"] and "numpy" in cfg["source"]:
         # LiveCodeBench's judging process imported numpy before its guard (TU imports it at
         # the top), so the program's ``import numpy`` finds it loaded: numpy's own import would
         # call what the guard removes. Imported only for programs that name it (~0.1 s).

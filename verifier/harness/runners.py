@@ -1,9 +1,11 @@
 """The judge's harness. It runs INSIDE the sandbox as its first process (PID 1 of the jail's PID
 namespace under nsjail and docker), on the sandbox's Python, with the standard library only.
 
-Protocol (judge -> harness, on stdin): an 8-byte big-endian length, a JSON payload of that
-length, then a stream of 32-byte keys. The payload holds the program, the test INPUTS and the
-limits; expected outputs of stdin/stdout and call-based tests never enter the sandbox.
+Protocol (judge -> harness, on stdin): an 8-byte big-endian length, a marshal payload of that
+length (a dict of the fields ``framing.PAYLOAD_FIELDS`` declares, checked on arrival: a payload
+of another shape is answered with one "payload_error" record), then a stream of 32-byte keys.
+The payload holds the program, the test INPUTS and the limits; expected outputs of stdin/stdout
+and call-based tests never enter the sandbox.
 
 Protocol (harness -> judge, on stdout): records ``b"MGK1" + len(head) (4 bytes) + head (JSON)
 + blobs + HMAC-SHA256``. Record n is authenticated with key n, which the harness reads from
@@ -71,7 +73,17 @@ from .control import (
     run_main_program,
     spawn,
 )
-from .framing import ERR_TAIL, MsgReader, Reporter, json, read_exact, recv_msg, send_msg, write_all
+from .framing import (
+    ERR_TAIL,
+    MsgReader,
+    Reporter,
+    json,
+    payload_problem,
+    read_exact,
+    recv_msg,
+    send_msg,
+    write_all,
+)
 from .lcb_runner import run_lcb
 
 
@@ -95,8 +107,8 @@ def run_stdio(cfg, code, prefix_code, rep):
 
         def body(st=3):
             _limits_in_child(cfg, tt + 1)
-            program_settings(cfg.get("int_digits"))
-            run_main_program(code, st, prefix_code, bool(cfg.get("exit_ok")))
+            program_settings(cfg["int_digits"])
+            run_main_program(code, st, prefix_code, cfg["exit_ok"])
 
         t0 = time.monotonic()
         pid = spawn({0: memfd, 1: out_w, 2: err_w, 3: st_w}, body)
@@ -291,7 +303,7 @@ def program_server(code, prefix_code, req, announce_prefix=False):
 
 def _forked_program(cfg, code, prefix_code):
     _limits_in_child(cfg, cfg["_budget"] + 1)
-    program_settings(cfg.get("int_digits"))
+    program_settings(cfg["int_digits"])
     deny_in_process_hooks()
     program_server(code, prefix_code, MsgReader(3))
 
@@ -336,9 +348,9 @@ class Program:
                     self.req_w,
                     {
                         "source": cfg["source"],
-                        "prefix": cfg.get("prefix") or "",
-                        "int_digits": cfg.get("int_digits"),
-                        "sys_path": cfg.get("sys_path"),
+                        "prefix": cfg["prefix"],
+                        "int_digits": cfg["int_digits"],
+                        "sys_path": cfg["sys_path"],
                     },
                 )
             except OSError:
@@ -1083,11 +1095,15 @@ def main():
     # The payload comes from the judge (trusted direction), so marshal is fine and cheap.
     cfg = marshal.loads(read_exact(0, n))
     start = time.monotonic()
+    problem = payload_problem(cfg)
+    if problem:  # the judge and this harness disagree on the payload: a bug of the verifier's
+        rep.emit({"type": "payload_error", "detail": problem})
+        return
     cfg["_budget"] = float(cfg["budget_s"])
-    if cfg.get("sys_path"):
+    if cfg["sys_path"]:
         sys.path.append(cfg["sys_path"])  # the profile's extra packages (numpy), read-only
     cfg["_deadline"] = start + cfg["_budget"]
-    if cfg.get("lcb") and cfg["mode"] in ("stdio", "call"):
+    if cfg["lcb"] and cfg["mode"] in ("stdio", "call"):
         # LiveCodeBench's harness semantics (lcb_runner.py): the program's text is rewritten
         # and compiled there, as LiveCodeBench does, so it is not compiled as it is here.
         run_lcb(cfg, rep)
@@ -1097,7 +1113,7 @@ def main():
     try:
         code = compile(cfg["source"], "solution.py", "exec")
         prefix_code = (
-            compile(cfg["prefix"], "import_prefix.py", "exec") if cfg.get("prefix") else None
+            compile(cfg["prefix"], "import_prefix.py", "exec") if cfg["prefix"] else None
         )
     except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as e:
         rep.emit({"type": "syntax", "detail": f"{type(e).__name__}: {e}"[:500]})
