@@ -42,7 +42,7 @@ from .base import (
     check_file_name,
     policy_rlimits,
 )
-from .process import append_capped
+from .process import OutputSink
 
 _BOOT = (
     "import os,sys,tarfile,io\n"
@@ -89,6 +89,72 @@ def _kill_quietly(api: Any, cid: str) -> None:
         api.kill(cid)
     except Exception:  # already gone, or the engine refuses: the run's own cleanup removes it
         pass
+
+
+def _pump(sock: socket.socket, payload: bytes, deadline: float, sink: OutputSink) -> bool:
+    """Write ``payload`` to the attach stream (then half-close it) and demultiplex docker's
+    8-byte framed output (1 = stdout, 2 = stderr) into ``sink`` until the stream ends, the sink
+    says stop, or ``deadline`` passes (True: timed out)."""
+    sock.setblocking(False)
+    view, pos, buf = memoryview(payload), 0, bytearray()
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return True
+        want_w = [sock] if pos < len(view) else []
+        r, w, _ = select.select([sock], want_w, [], min(remaining, 1.0))
+        if w:
+            try:
+                pos += sock.send(view[pos : pos + 65536])
+            except BlockingIOError:
+                pass
+            if pos >= len(view):
+                try:
+                    sock.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+        if not r:
+            continue
+        try:
+            chunk = sock.recv(65536)
+        except BlockingIOError:
+            continue
+        buf += chunk
+        while len(buf) >= 8:
+            kind, size = struct.unpack(">BxxxL", bytes(buf[:8]))
+            if len(buf) < 8 + size:
+                break
+            data = bytes(buf[8 : 8 + size])
+            del buf[: 8 + size]
+            if (sink.stdout(data) if kind == 1 else sink.stderr(data) if kind == 2 else False):
+                return False
+        if not chunk:
+            return False
+
+
+def _end(api: Any, cid: str, early: tuple[str, str] | None,
+         deadline: float) -> tuple[str, str, int | None, int | None]:
+    """(status, detail, exit code, signal) of a container whose stream has ended; one stopped
+    ``early`` (a limit, the caller) is killed first and keeps that status."""
+    if early is not None:
+        try:
+            api.kill(cid)
+        except Exception:
+            pass
+    try:
+        waited = api.wait(cid, timeout=max(1.0, deadline - time.monotonic() + 5))
+        code = int(waited.get("StatusCode", -1))
+    except Exception:
+        code = None
+    state = api.inspect_container(cid).get("State", {})
+    if early is not None:
+        return early[0], early[1], None, None
+    if state.get("OOMKilled"):
+        return "memory", "killed by the container memory limit", None, None
+    if code is not None and code >= 128:
+        sig = code - 128
+        return ("timeout" if sig == 24 else "signal"), f"killed by signal {sig}", None, sig  # 24 = SIGXCPU
+    return "ok", "", code, None
 
 
 def _shut(sock: socket.socket) -> None:
@@ -208,6 +274,10 @@ class DockerSandbox:
         limits: SandboxLimits | None = None,
         on_stdout: StdoutHook | None = None,
     ) -> RunResult:
+        """One container: created with the limits (``_host_config``), the files and stdin
+        written through the attach stream and the output read from it (``_pump``, into the
+        same OutputSink as nsjail's runs), then its end classified (``_end``) and the
+        container removed."""
         lim = limits or SandboxLimits()
         if self._closed:
             return RunResult("error", detail=CLOSED)
@@ -218,68 +288,12 @@ class DockerSandbox:
             api = self._client().api
         except (SandboxUnavailable, ValueError) as e:
             return RunResult("error", detail=str(e))
-        # lazy: an optional dependency (the docker extra)
-        import docker  # type: ignore[import-not-found]
-
-        host_config = api.create_host_config(
-            network_mode="none",
-            mem_limit=lim.memory_mb * 1024 * 1024,
-            memswap_limit=lim.memory_mb * 1024 * 1024,
-            pids_limit=lim.max_procs,
-            # One core for all the container's processes, as nsjail's JAIL_CPU_MS_PER_SEC.
-            nano_cpus=JAIL_CPU_MS_PER_SEC * 1_000_000,
-            read_only=True,
-            tmpfs={
-                "/tmp": f"rw,exec,nosuid,nodev,size={lim.scratch_mb}m,"
-                f"nr_inodes={lim.scratch_files},mode=1777"
-            },
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
-            ulimits=[
-                docker.types.Ulimit(name=name, soft=soft, hard=hard)
-                for name, soft, hard in ulimits(lim)
-            ],
-            runtime=self.runtime,
-            # An init (the engine's docker-init) as PID 1: the kernel ignores signals without a
-            # handler for PID 1, so a program that were PID 1 would survive SIGXCPU and SIGXFSZ
-            # (the CPU and file-size rlimits). Its exit status is 128 + the program's signal.
-            init=True,
-        )
-        # The bootstrap is the entrypoint, not just the command: an image's own ENTRYPOINT
-        # (the verifier image's is `tini -- verifier`) would otherwise run with it as arguments.
-        entrypoint = [self.python, "-I", "-S", "-c", _BOOT]
-        cmd = [str(len(tar)), *argv]
         container = None
         sock: socket.socket | None = None
-        out, err = bytearray(), bytearray()
-        status = "ok"
-        detail = ""
-        exit_code = None
-        sig = None
-        streamed = 0
+        sink = OutputSink(lim.output_bytes, on_stdout)
+        exit_code = sig = None
         try:
-            config = api.create_container_config(
-                self.image,
-                entrypoint=entrypoint,
-                command=cmd,
-                user="65534:65534",
-                working_dir="/tmp",
-                environment={
-                    "PATH": "/usr/local/bin:/usr/bin:/bin",
-                    "HOME": "/tmp",
-                    "LANG": "C.UTF-8",
-                    "PYTHONIOENCODING": "utf-8",
-                },
-                network_disabled=True,
-                stdin_open=True,
-                tty=False,
-                host_config=host_config,
-                labels={"magic-rlvr.sandbox": "1"},
-            )
-            # StdinOnce: the program's stdin ends when we close our side of the attach stream
-            # (else it would wait forever for more input). The SDK sets it with stdin_open (its
-            # create_container has no argument for it); asserted so a change there is loud.
-            assert config["StdinOnce"] is True and config["AttachStdin"] is True
+            config = self._container_config(api, argv, len(tar), self._host_config(api, lim))
             container = api.create_container_from_config(config)
             cid = container["Id"]
             if not self._track(cid):
@@ -289,95 +303,15 @@ class DockerSandbox:
             )
             sock = getattr(sock_obj, "_sock", sock_obj)
             api.start(cid)
-            sock.setblocking(False)
-            payload = memoryview(tar + stdin)
-            pos = 0
-            buf = bytearray()
-            eof = False
-            while not eof:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    status, detail = "timeout", f"wall time over {lim.wall_s:g} s"
-                    break
-                want_w = [sock] if pos < len(payload) else []
-                r, w, _ = select.select([sock], want_w, [], min(remaining, 1.0))
-                if w:
-                    try:
-                        pos += sock.send(payload[pos : pos + 65536])
-                    except BlockingIOError:
-                        pass
-                    if pos >= len(payload):
-                        try:
-                            sock.shutdown(socket.SHUT_WR)
-                        except OSError:
-                            pass
-                if r:
-                    try:
-                        chunk = sock.recv(65536)
-                    except BlockingIOError:
-                        continue
-                    if not chunk:
-                        eof = True
-                    buf += chunk
-                    # Demultiplex docker's 8-byte framed stream (1 = stdout, 2 = stderr).
-                    while len(buf) >= 8:
-                        kind, size = struct.unpack(">BxxxL", bytes(buf[:8]))
-                        if len(buf) < 8 + size:
-                            break
-                        data = bytes(buf[8 : 8 + size])
-                        del buf[: 8 + size]
-                        if kind == 1:
-                            if on_stdout is not None:
-                                streamed += len(data)
-                                if streamed > lim.output_bytes:
-                                    status, detail = (
-                                        "output_limit",
-                                        f"output over {lim.output_bytes} bytes",
-                                    )
-                                    eof = True
-                                    break
-                                if on_stdout(data) is False:
-                                    status, eof = "stopped", True
-                                    break
-                            elif append_capped(out, data, lim.output_bytes):
-                                status, detail = (
-                                    "output_limit",
-                                    f"output over {lim.output_bytes} bytes",
-                                )
-                                eof = True
-                                break
-                        elif kind == 2 and append_capped(err, data, lim.output_bytes):
-                            status, detail = (
-                                "output_limit",
-                                f"output over {lim.output_bytes} bytes",
-                            )
-                            eof = True
-                            break
+            timed_out = _pump(sock, tar + stdin, deadline, sink)
             # Shut the attach stream down before anything else: an engine that cannot write a
             # flood to it holds the container and every call about it (kill, inspect, remove)
             # stalls until the client's timeout. (shutdown, not close: the SDK's file object
             # holds a reference, and close() alone leaves the connection open.)
             _shut(sock)
-            if status != "ok":
-                try:
-                    api.kill(cid)
-                except Exception:
-                    pass
-            try:
-                waited = api.wait(cid, timeout=max(1.0, deadline - time.monotonic() + 5))
-                code = int(waited.get("StatusCode", -1))
-            except Exception:
-                code = None
-            state = api.inspect_container(cid).get("State", {})
-            if status == "ok":
-                if state.get("OOMKilled"):
-                    status, detail = "memory", "killed by the container memory limit"
-                elif code is not None and code >= 128:
-                    sig = code - 128
-                    status = "timeout" if sig == 24 else "signal"  # 24 = SIGXCPU
-                    detail = f"killed by signal {sig}"
-                else:
-                    exit_code = code
+            early = (("timeout", f"wall time over {lim.wall_s:g} s") if timed_out
+                     else sink.stop_reason())
+            status, detail, exit_code, sig = _end(api, cid, early, deadline)
         except SandboxUnavailable as e:
             return RunResult("error", detail=str(e))
         except Exception as e:  # the engine failed: not the program's fault
@@ -401,10 +335,70 @@ class DockerSandbox:
             status=status,  # type: ignore[arg-type]
             exit_code=exit_code,
             signal=sig,
-            stdout=bytes(out),
-            stderr=bytes(err),
+            stdout=bytes(sink.out),
+            stderr=bytes(sink.err),
             wall_s=time.monotonic() - start,
             cpu_s=0.0,
             peak_memory_mb=None,
             detail=detail,
+            stdout_truncated=sink.stdout_truncated,
+            stderr_truncated=sink.stderr_truncated,
         )
+
+    def _host_config(self, api: Any, lim: SandboxLimits) -> Any:
+        """The container's limits and isolation (the policy's, as nsjail's jails have them)."""
+        # lazy: an optional dependency (the docker extra)
+        import docker  # type: ignore[import-not-found]
+
+        return api.create_host_config(
+            network_mode="none",
+            mem_limit=lim.memory_mb * 1024 * 1024,
+            memswap_limit=lim.memory_mb * 1024 * 1024,
+            pids_limit=lim.max_procs,
+            # One core for all the container's processes, as nsjail's JAIL_CPU_MS_PER_SEC.
+            nano_cpus=JAIL_CPU_MS_PER_SEC * 1_000_000,
+            read_only=True,
+            tmpfs={
+                "/tmp": f"rw,exec,nosuid,nodev,size={lim.scratch_mb}m,"
+                f"nr_inodes={lim.scratch_files},mode=1777"
+            },
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            ulimits=[
+                docker.types.Ulimit(name=name, soft=soft, hard=hard)
+                for name, soft, hard in ulimits(lim)
+            ],
+            runtime=self.runtime,
+            # An init (the engine's docker-init) as PID 1: the kernel ignores signals without a
+            # handler for PID 1, so a program that were PID 1 would survive SIGXCPU and SIGXFSZ
+            # (the CPU and file-size rlimits). Its exit status is 128 + the program's signal.
+            init=True,
+        )
+
+    def _container_config(self, api: Any, argv: list[str], tar_bytes: int,
+                          host_config: Any) -> dict:
+        # The bootstrap is the entrypoint, not just the command: an image's own ENTRYPOINT
+        # (the verifier image's is `tini -- verifier`) would otherwise run with it as arguments.
+        config = api.create_container_config(
+            self.image,
+            entrypoint=[self.python, "-I", "-S", "-c", _BOOT],
+            command=[str(tar_bytes), *argv],
+            user="65534:65534",
+            working_dir="/tmp",
+            environment={
+                "PATH": "/usr/local/bin:/usr/bin:/bin",
+                "HOME": "/tmp",
+                "LANG": "C.UTF-8",
+                "PYTHONIOENCODING": "utf-8",
+            },
+            network_disabled=True,
+            stdin_open=True,
+            tty=False,
+            host_config=host_config,
+            labels={"magic-rlvr.sandbox": "1"},
+        )
+        # StdinOnce: the program's stdin ends when we close our side of the attach stream
+        # (else it would wait forever for more input). The SDK sets it with stdin_open (its
+        # create_container has no argument for it); asserted so a change there is loud.
+        assert config["StdinOnce"] is True and config["AttachStdin"] is True
+        return config

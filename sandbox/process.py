@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from .base import StdoutHook
 
 __all__ = [
+    "OutputSink",
     "ProcessOutcome",
     "RunningProcesses",
     "StartedProcess",
@@ -110,6 +111,72 @@ def append_capped(buf: bytearray, data: bytes, limit: int) -> bool:
     room = limit - len(buf)
     buf += data[:room]
     return len(data) > room
+
+
+class OutputSink:
+    """Where a run's output goes, the same for every backend (nsjail and unsafe-none through
+    ``run_process``, docker through its attach stream): stdout kept or streamed to the hook,
+    stderr kept, each capped at ``output_bytes``, and why the run must stop (a cap, the hook
+    returning False, the hook raising). ``stdout``/``stderr`` return True when the run must
+    stop; the reason is in the flags, which ``outcome()`` copies into a ProcessOutcome."""
+
+    def __init__(self, output_bytes: int, on_stdout: StdoutHook | None = None) -> None:
+        self.output_bytes = output_bytes
+        self.on_stdout = on_stdout
+        self.out = bytearray()
+        self.err = bytearray()
+        self.streamed = 0
+        self.output_exceeded = self.stopped = False
+        self.stdout_truncated = self.stderr_truncated = False
+        self.hook_error = ""
+
+    def stdout(self, chunk: bytes) -> bool:
+        if self.on_stdout is None:
+            if append_capped(self.out, chunk, self.output_bytes):
+                return self._over_cap(stderr=False)
+            return False
+        self.streamed += len(chunk)
+        if self.streamed > self.output_bytes:
+            return self._over_cap(stderr=False)
+        try:
+            keep_going = self.on_stdout(chunk)
+        except Exception as e:  # a bug in the hook must not leak the process
+            self.hook_error = f"{type(e).__name__}: {e}"
+            keep_going = False
+        if keep_going is False:
+            self.stopped = True
+            return True
+        return False
+
+    def stderr(self, chunk: bytes) -> bool:
+        if append_capped(self.err, chunk, self.output_bytes):
+            return self._over_cap(stderr=True)
+        return False
+
+    def _over_cap(self, stderr: bool) -> bool:
+        self.output_exceeded = True
+        if stderr:
+            self.stderr_truncated = True
+        else:
+            self.stdout_truncated = True
+        return True
+
+    def stop_reason(self) -> tuple[str, str] | None:
+        """(RunResult status, detail) when the output stopped the run, else None."""
+        if self.hook_error:
+            return "error", f"stdout hook failed: {self.hook_error}"
+        if self.stopped:
+            return "stopped", "stopped by the caller"
+        if self.output_exceeded:
+            return "output_limit", f"output over {self.output_bytes} bytes"
+        return None
+
+    def fill(self, outcome: ProcessOutcome) -> None:
+        outcome.stdout, outcome.stderr = bytes(self.out), bytes(self.err)
+        outcome.output_exceeded, outcome.stopped = self.output_exceeded, self.stopped
+        outcome.stdout_truncated = self.stdout_truncated
+        outcome.stderr_truncated = self.stderr_truncated
+        outcome.hook_error = self.hook_error
 
 
 def run_process(
@@ -272,15 +339,11 @@ class _Run:
         self.running = running
         self.log_r = log_r
         self.deadline = deadline
-        self.output_bytes = output_bytes
-        self.on_stdout = on_stdout
+        self.sink = OutputSink(output_bytes, on_stdout)
         self.log_bytes = log_bytes
-        self.out = bytearray()
-        self.err = bytearray()
         self.log = bytearray()
         self.outcome = ProcessOutcome(None, 0.0, 0.0, 0, b"", b"", b"")
         self.stop_reason = ""
-        self.streamed = 0
         self.exited = False
         self.fds: dict[int, str] = {}
         assert proc.stdin and proc.stdout and proc.stderr
@@ -373,39 +436,10 @@ class _Run:
             del self.fds[f]
             return
         tag = self.fds[f]
-        if tag == "out":
-            self._stdout(chunk)
-        elif tag == "err":
-            if append_capped(self.err, chunk, self.output_bytes):
-                self._over_cap(stderr=True)
-        else:
+        if tag == "log":
             self.log += chunk[: max(0, self.log_bytes - len(self.log))]
-
-    def _stdout(self, chunk: bytes) -> None:
-        if self.on_stdout is None:
-            if append_capped(self.out, chunk, self.output_bytes):
-                self._over_cap(stderr=False)
-            return
-        self.streamed += len(chunk)
-        if self.streamed > self.output_bytes:
-            self._over_cap(stderr=False)
-            return
-        try:
-            keep_going = self.on_stdout(chunk)
-        except Exception as e:  # a bug in the hook must not leak the process
-            self.outcome.hook_error = f"{type(e).__name__}: {e}"
-            keep_going = False
-        if keep_going is False:
-            self.outcome.stopped = True
-            self.stop_reason = "stopped"
-
-    def _over_cap(self, stderr: bool) -> None:
-        self.outcome.output_exceeded = True
-        if stderr:
-            self.outcome.stderr_truncated = True
-        else:
-            self.outcome.stdout_truncated = True
-        self.stop_reason = "output"
+        elif self.sink.stdout(chunk) if tag == "out" else self.sink.stderr(chunk):
+            self.stop_reason = "output"
 
     # -- the end ----------------------------------------------------------------------------
     def finish(self, stop_signal: int) -> None:
@@ -440,7 +474,8 @@ class _Run:
             os.close(self.pidfd)
         o = self.outcome
         o.returncode, o.cpu_s, o.maxrss_kb = rc, cpu, rss
-        o.stdout, o.stderr, o.log = bytes(self.out), bytes(self.err), bytes(self.log)
+        self.sink.fill(o)
+        o.log = bytes(self.log)
 
 
 def _stop(proc: subprocess.Popen, sig: int) -> None:

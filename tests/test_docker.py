@@ -373,6 +373,25 @@ def test_docker_backend_output_cap(sb) -> None:
            limits=SandboxLimits(output_bytes=1 << 20, wall_s=60))
     assert r.status == "output_limit", r
     assert len(r.stdout) <= 1 << 20
+    assert r.stdout_truncated and not r.stderr_truncated  # as nsjail's runs say it
+
+
+def test_docker_backend_stdout_hook_as_nsjail(sb) -> None:
+    # The same output sink as nsjail's runs (sandbox/process.py OutputSink): a hook that stops
+    # the run, and a hook that raises, end the same way in both backends.
+    def stop(chunk: bytes) -> bool:
+        return False
+
+    r = sb.run([sb.python, "-c", "print('hello', flush=True)\nimport time; time.sleep(60)"],
+               limits=SandboxLimits(wall_s=60), on_stdout=stop)
+    assert r.status == "stopped" and r.wall_s < 30, r
+
+    def broken(chunk: bytes) -> bool:
+        raise ValueError("hook bug")
+
+    r = sb.run([sb.python, "-c", "print('hello', flush=True)\nimport time; time.sleep(60)"],
+               limits=SandboxLimits(wall_s=60), on_stdout=broken)
+    assert r.status == "error" and r.detail == "stdout hook failed: ValueError: hook bug", r
 
 
 def test_docker_backend_wall_and_cpu_time(sb) -> None:
