@@ -48,6 +48,12 @@ def problems() -> dict[str, dict]:
     }
 
 
+def fenced(code: str) -> str:
+    """A response holding ``code`` as every judge under test extracts it: one ```` ```python ````
+    block after a closed think (the same text for our profiles and the labelling script)."""
+    return f"<think>\nplan\n</think>\nHere it is:\n```python\n{code}\n```\n"
+
+
 @dataclass(frozen=True)
 class Program:
     id: str

@@ -88,7 +88,7 @@ def test_memory_bomb_in_many_processes(after_attack):
 
 def test_output_flood(after_attack):
     o = attack(after_attack, "import sys\nwhile True:\n    sys.stdout.write('25\\n' * 10000)")
-    if PROFILE.harness == "lcb":  # no output cap there: the captured text grows until a limit
+    if PROFILE.harness != "default":  # no output cap there: the captured text grows until a limit
         assert o.status in (Status.OUTPUT_LIMIT, Status.TIMEOUT, Status.MEMORY_LIMIT), o
     else:
         assert o.status is Status.OUTPUT_LIMIT
@@ -334,8 +334,9 @@ def test_ptrace_and_process_vm_denied(after_attack):
     rc, errno = r.stdout.decode().split()
     assert (int(rc), int(errno)) == (-1, 1)  # EPERM
     o = attack(after_attack, "import ctypes\nprint(25)")
-    # lcb: imports run when the module loads (make_function hoists them): a load failure.
-    want = Status.COMPILE_ERROR if PROFILE.harness == "lcb" else Status.RUNTIME_ERROR
+    # lcb and skywork (its copy of the same harness): imports run when the module loads
+    # (make_function hoists them): a load failure.
+    want = Status.COMPILE_ERROR if PROFILE.harness != "default" else Status.RUNTIME_ERROR
     assert o.status is want and "ctypes" in o.detail
 
 
@@ -344,9 +345,9 @@ def test_ptrace_and_process_vm_denied(after_attack):
 
 def test_exit_before_tests_run(after_attack):
     o = attack(after_attack, "import os\nos._exit(0)")
-    # lcb: one process runs every test, so os._exit ends it without an answer (LiveCodeBench's
+    # lcb and skywork: one process runs every test, so os._exit ends it without an answer (LiveCodeBench's
     # judging process dies too: no result, a failure there).
-    want = Status.RUNTIME_ERROR if PROFILE.harness == "lcb" else Status.INCORRECT
+    want = Status.RUNTIME_ERROR if PROFILE.harness != "default" else Status.INCORRECT
     assert o.status is want
     o = attack(
         after_attack,

@@ -11,19 +11,22 @@ from pathlib import Path
 import pytest
 
 from tests.conftest_sandbox import nsjail_sandbox  # noqa: F401
-from tests.lcb_differential import PROGRAMS, problems
+from tests.lcb_differential import PROGRAMS, fenced, problems
 from verifier.code_score import score_code
 from verifier.items import Limits, Status
 from verifier.profiles import get_profile
 
 LABELS_PATH = Path(__file__).resolve().parent / "fixtures" / "lcb_labels.json"
 LABELS = json.loads(LABELS_PATH.read_text(encoding="utf-8"))
+SKYWORK_LABELS_PATH = Path(__file__).resolve().parent / "fixtures" / "skywork_labels.json"
+SKYWORK_LABELS = json.loads(SKYWORK_LABELS_PATH.read_text(encoding="utf-8"))
 PROBLEMS = problems()
 LCB = get_profile("lcb")
+SKYWORK = get_profile("skywork")
 
-
-def fenced(code: str) -> str:
-    return f"<think>\nplan\n</think>\nHere it is:\n```python\n{code}\n```\n"
+SKYWORK_KNOWN_DIFFERENCES: dict[str, str] = {}
+"""Programs the ``skywork`` profile judges otherwise than Skywork-OR1's reward, and why (only
+where agreeing would weaken the sandbox)."""
 
 
 def test_every_program_is_labelled():
@@ -38,6 +41,25 @@ def test_lcb_gives_livecodebench_verdict(nsjail_sandbox, program):
                    profile=LCB)
     want = LABELS["labels"][program.id]["passed"]
     assert (o.status is Status.CORRECT) == want, (program.rule, o, LABELS["labels"][program.id])
+
+
+def test_every_program_is_labelled_by_skywork():
+    assert SKYWORK_LABELS["judge"] == "SkyworkAI/Skywork-OR1"
+    assert SKYWORK_LABELS["commit"].startswith("64e96af")
+    assert sorted(SKYWORK_LABELS["labels"]) == sorted(p.id for p in PROGRAMS)
+
+
+@pytest.mark.parametrize("program", PROGRAMS, ids=[p.id for p in PROGRAMS])
+def test_skywork_gives_skywork_verdict(nsjail_sandbox, program):
+    """The same programs, as the same response text, under the ``skywork`` profile: Skywork-OR1's
+    reward's verdict (tests/fixtures/skywork_labels.json, its ``compute_score`` at 64e96af)."""
+    if program.id in SKYWORK_KNOWN_DIFFERENCES:
+        pytest.xfail(SKYWORK_KNOWN_DIFFERENCES[program.id])
+    o = score_code(fenced(program.code), PROBLEMS[program.problem], Limits(), nsjail_sandbox,
+                   profile=SKYWORK)
+    want = SKYWORK_LABELS["labels"][program.id]["passed"]
+    assert (o.status is Status.CORRECT) == want, (program.rule, o,
+                                                  SKYWORK_LABELS["labels"][program.id])
 
 
 def test_the_readme_table_counts_the_set_and_its_labels():

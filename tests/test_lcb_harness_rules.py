@@ -13,7 +13,8 @@ import pytest
 from verifier.bigint import MAX_INT_DIGITS, int_from_digits, int_to_digits, json_loads_digits
 from verifier.ground_truth import BadGroundTruth, parse_ground_truth
 from verifier.harness.lcb_runner import (LcbStdin, lcb_clean_if_name, lcb_make_function,
-                                         lcb_program_text)
+                                         lcb_program_text, skywork_function_to_method,
+                                         skywork_stdin)
 from verifier.problems import check_code_truth
 from verifier.profiles import LCB_PREAMBLE
 
@@ -37,8 +38,33 @@ def test_rule_make_function_wraps_all_but_imports_after_the_preamble_text():
 
 
 def test_rule_call_based_preamble_pasted_as_text():
-    text = lcb_program_text({"mode": "call", "source": "class Solution: pass", "prefix": "P"})
+    text = lcb_program_text({"mode": "call", "source": "class Solution: pass", "prefix": "P",
+                             "lcb_rules": "lcb", "fn_name": "f"})
     assert text == "P\n\nclass Solution: pass"
+
+
+def test_skywork_rule_function_made_a_method_of_solution():
+    """Skywork-OR1 at 64e96af, compute_score.py ``convert_function_to_class_method``."""
+    code = "# c\ndef add(a, b):\n    return a + b\nX = 1\n"
+    out = skywork_function_to_method(code, "add")
+    assert out == "X = 1\n\nclass Solution:\n\n    def add(self, a, b):\n        return a + b"
+    assert "def f(self, a)" in skywork_function_to_method("def f(self, a):\n    pass\n", "f")
+    assert skywork_function_to_method("class Helper: pass\n", "add") is None
+    assert skywork_function_to_method("async def add(a, b): pass\n", "add") is None
+    cfg = {"mode": "call", "source": code, "prefix": "P", "lcb_rules": "skywork",
+           "fn_name": "add"}
+    assert lcb_program_text(cfg) == "P\n\n" + out
+    assert lcb_program_text({**cfg, "lcb_rules": "lcb"}) == "P\n\n" + code
+    kept = {**cfg, "source": "# class Solution\ndef add(a, b): pass\n"}
+    assert lcb_program_text(kept) == "P\n\n" + kept["source"]  # the text rule comes first
+
+
+def test_skywork_rule_stdin_is_a_plain_stringio():
+    """Skywork-OR1 at 64e96af, lcb_runner/evaluation/testing_util.py ``call_method``."""
+    s = skywork_stdin("3\n1\n2\n")
+    assert s.readline() == "3\n" and s.readlines() == ["1\n", "2\n"] and s.read() == ""
+    assert list(skywork_stdin("a\nb")) == ["a\n", "b"]
+    assert not hasattr(s, "buffer")
 
 
 def test_rule_mock_stdin():

@@ -1,6 +1,7 @@
 """The output cap per test: a server maximum (``verifier serve --max-output-mb``, default 64 MiB)
-that lcb items get whole (LiveCodeBench has no cap) and that no other profile exceeds (they keep
-their own 8 MiB, or the maximum when it is lower). Real servers on port 0, real nsjail."""
+that lcb and skywork items get whole (LiveCodeBench's judge and Skywork-OR1's copy of it have no
+cap) and that no other profile exceeds (default keeps its own 8 MiB, or the maximum when it is
+lower). Real servers on port 0, real nsjail."""
 
 from __future__ import annotations
 
@@ -44,21 +45,22 @@ def test_the_rule() -> None:
     lcb, default = PROFILE_TABLE["lcb"], PROFILE_TABLE["default"]
     assert lcb.output_bytes is None                       # no cap of its own, as LiveCodeBench
     assert output_cap(lcb, DEFAULT_MAX_OUTPUT_MB) == 64 * MIB
-    assert output_cap(lcb, 512) == 512 * MIB              # only lcb follows a raised maximum
+    assert output_cap(lcb, 512) == 512 * MIB              # lcb follows a raised maximum
     assert output_cap(default, 512) == 8 * MIB
     assert output_cap(default, 2) == 2 * MIB              # and no profile exceeds a lower one
-    assert output_cap(PROFILE_TABLE["skywork"], 512) == 8 * MIB
+    assert PROFILE_TABLE["skywork"].output_bytes is None   # nor has Skywork-OR1's copy
+    assert output_cap(PROFILE_TABLE["skywork"], 512) == 512 * MIB
     with pytest.raises(ValueError, match="max_output_mb"):
         Scorer(ScoringConfig(max_output_mb=0))
 
 
 def test_lcb_items_get_the_servers_maximum_and_others_keep_8_mib(server) -> None:
     # The shared server has the default maximum, 64 MiB: 9 MiB of correct output passes under
-    # lcb and is OUTPUT_LIMIT under the default and skywork profiles (their own 8 MiB).
+    # lcb and skywork and is OUTPUT_LIMIT under the default profile (its own 8 MiB).
     got = statuses(server[1], [printer("lcb", 9, "lcb"), printer("default", 9, "default"),
                                printer("skywork", 9, "skywork")])
     assert got == {"lcb": Status.CORRECT, "default": Status.OUTPUT_LIMIT,
-                   "skywork": Status.OUTPUT_LIMIT}
+                   "skywork": Status.CORRECT}
 
 
 def test_a_lower_maximum_binds_every_profile(small_server: str) -> None:

@@ -718,8 +718,8 @@ def test_ctypes_c_module_cannot_write_memory(after_attack):
     """ctypes' C module alone makes a callable from memmove's address (no audit event for the
     call): importing it is refused, as if it were not installed."""
     o = judged(after_attack, CTYPES_MEMMOVE, EMPTY)
-    # lcb: LiveCodeBench counts a program that fails to load as a compile error
-    want = Status.COMPILE_ERROR if PROFILE.name == "lcb" else Status.RUNTIME_ERROR
+    # lcb and skywork: LiveCodeBench counts a program that fails to load as a compile error
+    want = Status.COMPILE_ERROR if PROFILE.harness != "default" else Status.RUNTIME_ERROR
     assert o.status is want and "_ctypes is not available" in o.detail
 
 
@@ -909,7 +909,7 @@ HUGE_FATAL = WRITE_ANSWER + (
 
 def test_unhashable_type_tag_in_the_answer_is_the_programs_failure(after_attack):
     o = judged(after_attack, UNHASHABLE_TAG, call_gt(n=2), run_all_tests=True)
-    if PROFILE.name == "lcb":
+    if PROFILE.harness != "default":
         # LiveCodeBench's runner reads the return value, not a channel the program can write
         # to: the forged records go nowhere and f's own answer (None) is wrong
         assert o.status is Status.INCORRECT and "got None" in o.detail, o
@@ -923,7 +923,10 @@ def test_oversized_texts_in_the_programs_messages_are_its_failure(after_attack):
     assert o.status is Status.RUNTIME_ERROR and o.detail.startswith("test 1/1: EEEE"), o
     assert len(o.detail) < 1000
     o = judged(after_attack, HUGE_FATAL, call_gt())
-    assert o.status is Status.COMPILE_ERROR and "FFFF" in o.detail, o
+    # skywork makes the top-level f a Solution method before anything runs (its
+    # compute_score.py): without one the program fails there, and its message is never read.
+    cut = "no top-level function 'f'" if PROFILE.harness == "skywork" else "FFFF"
+    assert o.status is Status.COMPILE_ERROR and cut in o.detail, o
     assert len(o.detail) < 1000
     o = judged(after_attack, HUGE_FATAL, ONE_ASSERT)
     assert o.status is Status.COMPILE_ERROR and "FFFF" in o.detail, o

@@ -537,7 +537,7 @@ def _score(
             0,
             total,
         )
-    # A profile with no output cap of its own (lcb) gets the server's maximum (the Scorer
+    # A profile with no output cap of its own (lcb, skywork) gets the server's maximum (the Scorer
     # puts it in, verifier.profiles.output_cap); called directly, the default maximum.
     out_bytes = (profile.output_bytes if profile.output_bytes is not None
                  else DEFAULT_MAX_OUTPUT_MB << 20)
@@ -603,7 +603,7 @@ def harness_payload(
         "test_timeout": float(test_timeout),
         "memory_mb": memory_mb,
         "output_bytes": output_bytes,
-        "lcb": profile.harness == "lcb",
+        "lcb_rules": "" if profile.harness == "default" else profile.harness,
         "stop_on_fail": stop_on_fail,
         "oom_is_memory": oom_is_memory,
         "budget_s": float(budget_s),

@@ -17,8 +17,10 @@ limit, the profile's is generous, and configurable per item).
 - ``skywork``: the released Skywork-OR1 reward (SkyworkAI/Skywork-OR1 at 64e96af:
   ``verl/utils/reward_score/livecodebench/compute_score.py``, ``IMPORT_PROMPT``,
   ``math_verify_reward_function``, the 2 s units of assert and LeetCode tests; stdin and
-  functional problems go through its bundled copy of LiveCodeBench's judge,
-  ``livecodebench/lcb_runner/evaluation/``, so they follow ``lcb``, with its
+  functional problems go through its bundled, older copy of LiveCodeBench's judge,
+  ``livecodebench/lcb_runner/evaluation/``, so they follow ``lcb`` (its harness semantics, no
+  output cap) but for that copy's plain StringIO stdin and ``compute_score``'s conversion of a
+  function into a ``Solution`` method (verifier/harness/lcb_runner.py), with its
   ``check_correctness``'s min((6 + 1) n + 5, 300) s and 50 GB).
 
 The rules are data here; ``verifier/code_score.py``, the harness and ``verifier/math_score.py``
@@ -59,14 +61,15 @@ SKYWORK_ASSERT_PREAMBLE = (
 
 DEFAULT_MAX_OUTPUT_MB = 64
 """The default of the server's maximum output per test (``verifier serve --max-output-mb``,
-``ScoringConfig.max_output_mb``): the cap of profiles that have none of their own (lcb), and
-the most any profile's own cap may be."""
+``ScoringConfig.max_output_mb``): the cap of profiles that have none of their own (lcb,
+skywork), and the most any profile's own cap may be."""
 
 
 def output_cap(profile: "Profile", max_output_mb: int) -> int:
     """Bytes of output one test of ``profile`` may produce on a server whose maximum is
-    ``max_output_mb``: the server's maximum for a profile with no cap of its own (lcb:
-    LiveCodeBench has none, so only the program's memory and the server bound it), else the
+    ``max_output_mb``: the server's maximum for a profile with no cap of its own (lcb, skywork:
+    LiveCodeBench's judge and Skywork-OR1's copy of it have none, so only the program's memory
+    and the server bound it), else the
     profile's own cap, never more than the server's maximum."""
     cap = max_output_mb << 20
     return cap if profile.output_bytes is None else min(profile.output_bytes, cap)
@@ -104,19 +107,21 @@ class Profile:
     numpy: bool = False
     """numpy importable by the program (a read-only mount of an environment holding numpy
     alone), and numpy scalars returned compared as the plain numbers they stand for."""
-    harness: Literal["default", "lcb"] = "default"
+    harness: Literal["default", "lcb", "skywork"] = "default"
     """How stdin/stdout and call-based programs are run: "default", this project's (a fresh
     ``__main__`` per stdin test, a real stdin and stdout, a new ``Solution`` per call); "lcb",
     LiveCodeBench's harness semantics (verifier/harness/lcb_runner.py: one process per sample,
     its stdin mock and stdout capture, stdin programs wrapped as a function, its name-guard
     rule, its reliability guard, the preamble pasted as text, one ``Solution`` per sample,
-    ``==`` on Fractions, Decimals and deep lists)."""
+    ``==`` on Fractions, Decimals and deep lists); "skywork", the same with the rules where
+    Skywork-OR1's older copy of that judge differs (a plain StringIO stdin; a function without
+    ``class Solution`` made a method of one)."""
     output_bytes: int | None = 8 * 1024 * 1024
     """The most stdout (or captured output) one test may produce; more is OUTPUT_LIMIT. None:
     no cap of the profile's own (LiveCodeBench has none): the server's maximum
     (``ScoringConfig.max_output_mb``, :func:`output_cap`), bounded too by the program's
     memory. A profile's own cap never exceeds the server's maximum either: only a profile
-    without one (lcb) gets more than 8 MiB when the server raises its maximum."""
+    without one (lcb, skywork) gets more than 8 MiB when the server raises its maximum."""
     code_extraction: Literal["default", "lcb", "skywork"] = "default"
     """"default": the last python/py/python3/untagged fenced block after the last
     ``</think>``; "lcb": the lines between the last two lines that hold a fence, in the whole
@@ -161,6 +166,15 @@ PROFILE_TABLE: dict[str, Profile] = {
         sample_budget="lcb",
         memory_mb=4096,
         numpy=True,
+        # Its stdin and call-based problems are judged by its copy of LiveCodeBench's harness
+        # (SkyworkAI/Skywork-OR1 at 64e96af, verl/utils/reward_score/livecodebench/compute_score.py
+        # calls lcb_runner/evaluation/compute_code_generation_metrics.py ``check_correctness``):
+        # LiveCodeBench's semantics, with that copy's differences (verifier/harness/
+        # lcb_runner.py: ``skywork_stdin``, ``skywork_function_to_method``).
+        harness="skywork",
+        # No output cap there either (its testing_util.py ``Capturing`` keeps all): the
+        # server's maximum (output_cap), as lcb.
+        output_bytes=None,
         code_extraction="skywork",
         math_extraction="skywork",
     ),

@@ -65,9 +65,10 @@ class ScoringConfig:
     RESOURCE_EXHAUSTED and a stream waits (backpressure). Bounds server memory."""
     max_output_mb: int = DEFAULT_MAX_OUTPUT_MB
     """The server's maximum output (stdout, or the output a harness captures) of one test of a
-    code item, MiB; more is OUTPUT_LIMIT. lcb items get all of it (LiveCodeBench has no output
-    cap: raise this, and the item's memory_mb, to judge programs that print more); the other
-    profiles keep their own 8 MiB cap, or this maximum if it is lower. Each test's output is
+    code item, MiB; more is OUTPUT_LIMIT. lcb and skywork items get all of it (LiveCodeBench
+    has no output cap, nor has Skywork-OR1's copy of its judge: raise this, and the item's
+    memory_mb, to judge programs that print more); the default profile keeps its own 8 MiB
+    cap, or this maximum if it is lower. Each test's output is
     compared in a worker limited by --worker-memory-mb. Default 64 MiB."""
     worker_memory_mb: int = 2048
     """Address-space limit of each math worker process, MiB; a bigger answer is MEMORY_LIMIT."""

@@ -61,7 +61,8 @@ PAYLOAD_FIELDS = {
     "test_timeout": (float,),  # seconds of wall time per test
     "memory_mb": (int,),  # RLIMIT_AS of each process that runs program code
     "output_bytes": (int,),  # the cap on one test's stdout
-    "lcb": (bool,),  # LiveCodeBench's harness semantics for stdio and call (lcb_runner.py)
+    "lcb_rules": (str,),  # stdio and call run by lcb_runner.py: "lcb" (LiveCodeBench's
+    # harness semantics), "skywork" (Skywork-OR1's older copy of them), "" (this project's)
     "stop_on_fail": (bool,),  # stop at the first failed test
     "oom_is_memory": (bool,),  # a SIGKILL nobody here sent is the memory limit (cgroups)
     "budget_s": (float,),  # the whole sample's wall time, from the payload's arrival

@@ -420,7 +420,8 @@ PAYLOAD_FIELDS = {
     "test_timeout": (float,),  # seconds of wall time per test
     "memory_mb": (int,),  # RLIMIT_AS of each process that runs program code
     "output_bytes": (int,),  # the cap on one test's stdout
-    "lcb": (bool,),  # LiveCodeBench's harness semantics for stdio and call (lcb_runner.py)
+    "lcb_rules": (str,),  # stdio and call run by lcb_runner.py: "lcb" (LiveCodeBench's
+    # harness semantics), "skywork" (Skywork-OR1's older copy of them), "" (this project's)
     "stop_on_fail": (bool,),  # stop at the first failed test
     "oom_is_memory": (bool,),  # a SIGKILL nobody here sent is the memory limit (cgroups)
     "budget_s": (float,),  # the whole sample's wall time, from the payload's arrival
@@ -1086,15 +1087,64 @@ def lcb_make_function(code, preamble):
         return code
 
 
+def skywork_function_to_method(code, fn_name):
+    """Rule ``convert_function_to_class_method`` (SKY-CS, Skywork-OR1 at 64e96af,
+    ``verl/utils/reward_score/livecodebench/compute_score.py``), applied by ``compute_score`` to
+    a call-based program whose text lacks ``"class Solution"``: every top-level ``def`` (not
+    ``async def``) named ``fn_name`` leaves its place; the last of them gets a first positional
+    parameter ``self`` unless its first one is already called so, and becomes the one method of
+    a new ``class Solution`` appended at the end; the module is re-written by ``ast.unparse``
+    (comments dropped). None when there is no such function (there: a False score). A
+    SyntaxError propagates (there: ``ast.parse`` fails first, a False score)."""
+    import ast  # lazy: ~4 ms of every jail's start-up; only skywork call programs need it
+
+    tree = ast.parse(code)
+    body, target = [], None
+    for stmt in tree.body:
+        if type(stmt) is ast.FunctionDef and stmt.name == fn_name:
+            target = stmt
+        else:
+            body.append(stmt)
+    if target is None:
+        return None
+    params = target.args.args
+    if not (params and params[0].arg == "self"):
+        params.insert(0, ast.arg(arg="self", annotation=None))
+    body.append(ast.ClassDef(name="Solution", bases=[], keywords=[], body=[target],
+                             decorator_list=[]))
+    tree.body = body
+    return ast.unparse(tree)
+
+
+def skywork_stdin(inputs):
+    """Rule ``call_method`` (SKY-TU, Skywork-OR1 at 64e96af,
+    ``verl/utils/reward_score/livecodebench/lcb_runner/evaluation/testing_util.py``): the
+    program's ``sys.stdin`` is ``StringIO(inputs)`` itself, unpatched (the ``readline``,
+    ``readlines`` and ``read`` patches there name ``sys.stdin`` before it is replaced, so they
+    change the judge's own stdin): iterable, ``readlines()`` as StringIO's, no ``buffer``."""
+    return io.StringIO(inputs)
+
+
+class _LcbNoFunction(Exception):
+    """Skywork's conversion found no top-level function to make a method of."""
+
+
 def lcb_program_text(cfg):
     """The module text LiveCodeBench executes: stdin programs through ``clean_if_name`` and
     ``make_function``; call-based programs as ``preamble + "\\n\\n" + program`` (TU
     ``grade_call_based``: the preamble pasted as text, so ``from __future__`` after it is a
-    SyntaxError)."""
+    SyntaxError). Under Skywork's rules a call-based program without ``"class Solution"`` is
+    first converted (:func:`skywork_function_to_method`)."""
     preamble = cfg["prefix"]
     if cfg["mode"] == "stdio":
         return lcb_make_function(lcb_clean_if_name(cfg["source"]), preamble)
-    return preamble + "\n\n" + cfg["source"]
+    source = cfg["source"]
+    if cfg["lcb_rules"] == "skywork" and "class Solution" not in source:
+        source = skywork_function_to_method(source, cfg["fn_name"])
+        if source is None:
+            raise _LcbNoFunction(f"no top-level function {cfg['fn_name']!r} to make a method "
+                                 "of class Solution")
+    return preamble + "\n\n" + source
 
 
 class LcbBuffer:
@@ -1143,9 +1193,9 @@ class _LcbSyntax(Exception):
 
 def _lcb_load(cfg):
     """Compile and run the module (rule ``compile_code``); the callable each test calls."""
-    text = lcb_program_text(cfg)
     module = type(sys)("tmp_sol", "")  # types.ModuleType, without importing types
     try:
+        text = lcb_program_text(cfg)
         code = compile(text, "<string>", "exec")
     except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as e:
         raise _LcbSyntax(f"{type(e).__name__}: {e}") from None
@@ -1162,14 +1212,15 @@ def _lcb_load(cfg):
     return getattr(target, name)
 
 
-def _lcb_stdio_test(method, inp, out_fd):
+def _lcb_stdio_test(method, inp, out_fd, stdin_mock):
     """One stdin/stdout test (TU ``grade_stdio`` and ``call_method``): the output captured by
-    swapping ``sys.stdout`` alone, a SystemExit swallowed. Writes the captured text on
-    ``out_fd``; returns its size in bytes."""
+    swapping ``sys.stdout`` alone, a SystemExit swallowed, ``sys.stdin`` the judge's mock
+    (``stdin_mock(inp)``: :class:`LcbStdin`, or :func:`skywork_stdin`). Writes the captured
+    text on ``out_fd``; returns its size in bytes."""
     capture = io.StringIO()
     capture.close = lambda *a: 1  # as Capturing: closing it is a no-op
     saved_out, saved_in = sys.stdout, sys.stdin
-    sys.stdout, sys.stdin = capture, LcbStdin(inp)
+    sys.stdout, sys.stdin = capture, stdin_mock(inp)
     try:
         method()
     except SystemExit:
@@ -1206,6 +1257,7 @@ def _lcb_program(cfg):
         exit_now(0)
     send(4, {"ready": True})
     inputs = cfg["inputs"]
+    stdin_mock = skywork_stdin if cfg["lcb_rules"] == "skywork" else LcbStdin
     while True:
         m = req.next_blocking()
         if m is None:
@@ -1213,7 +1265,7 @@ def _lcb_program(cfg):
         i = m["i"]
         try:
             if cfg["mode"] == "stdio":
-                resp = {"n": _lcb_stdio_test(method, inputs[i], 5)}
+                resp = {"n": _lcb_stdio_test(method, inputs[i], 5, stdin_mock)}
             else:
                 result = method(*inputs[i])
                 if isinstance(result, tuple):  # TU grade_call_based: tuples count as lists
@@ -2384,8 +2436,9 @@ def main():
     if cfg["sys_path"]:
         sys.path.append(cfg["sys_path"])  # the profile's extra packages (numpy), read-only
     cfg["_deadline"] = start + cfg["_budget"]
-    if cfg["lcb"] and cfg["mode"] in ("stdio", "call"):
-        # LiveCodeBench's harness semantics (lcb_runner.py): the program's text is rewritten
+    if cfg["lcb_rules"] and cfg["mode"] in ("stdio", "call"):
+        # LiveCodeBench's harness semantics, or Skywork-OR1's copy of them (lcb_runner.py,
+        # cfg["lcb_rules"] says whose): the program's text is rewritten
         # and compiled there, as LiveCodeBench does, so it is not compiled as it is here.
         run_lcb(cfg, rep)
         kill_all()

@@ -30,6 +30,22 @@ here in our own code, inside our sandbox (nothing of the isolation is relaxed):
 - results: a returned tuple is a list; Fractions, Decimals and lists nested up to
   ``LCB_MAX_DEPTH`` are sent as data for the judge's ``==`` (verifier/output_compare.py).
 
+The ``skywork`` profile (``cfg["lcb_rules"] == "skywork"``) runs the same rules with the two
+where Skywork-OR1's older copy of this judge differs (SkyworkAI/Skywork-OR1 at
+64e96afa213ae89d0ad21932106d3b8aafe9ace2, ``verl/utils/reward_score/livecodebench/``: its
+``lcb_runner/evaluation/testing_util.py``, SKY-TU below, and ``compute_score.py``, SKY-CS), found
+by tests/test_lcb_differential.py against that copy:
+
+- a test's stdin is a plain StringIO of the input (SKY-TU ``call_method`` patches
+  ``sys.stdin`` with ``StringIO(inputs)``; its ``readline``/``readlines``/``read`` patches land
+  on the stdin that was there before): iterable, ``readlines()`` keeps each line's ``"\n"`` and
+  has no trailing ``''``, ``read()`` consumes, and there is no ``buffer``
+  (:func:`skywork_stdin`);
+- a call-based program without the text ``"class Solution"`` has its top-level function named
+  ``fn_name`` moved into a new ``class Solution`` before it is judged (SKY-CS
+  ``convert_function_to_class_method``, called by ``compute_score``), and fails every test when
+  it has none (:func:`skywork_function_to_method`).
+
 Not reproduced (the sandbox forbids it, or it cannot matter to a verdict): ctypes stays denied
 (``deny_in_process_hooks``); ``builtins.open`` is not replaced by ``mock_open`` (a program sees
 the preamble's own ``open`` from ``from io import *``/``from builtins import *``, which is the real
@@ -118,15 +134,64 @@ def lcb_make_function(code, preamble):
         return code
 
 
+def skywork_function_to_method(code, fn_name):
+    """Rule ``convert_function_to_class_method`` (SKY-CS, Skywork-OR1 at 64e96af,
+    ``verl/utils/reward_score/livecodebench/compute_score.py``), applied by ``compute_score`` to
+    a call-based program whose text lacks ``"class Solution"``: every top-level ``def`` (not
+    ``async def``) named ``fn_name`` leaves its place; the last of them gets a first positional
+    parameter ``self`` unless its first one is already called so, and becomes the one method of
+    a new ``class Solution`` appended at the end; the module is re-written by ``ast.unparse``
+    (comments dropped). None when there is no such function (there: a False score). A
+    SyntaxError propagates (there: ``ast.parse`` fails first, a False score)."""
+    import ast  # lazy: ~4 ms of every jail's start-up; only skywork call programs need it
+
+    tree = ast.parse(code)
+    body, target = [], None
+    for stmt in tree.body:
+        if type(stmt) is ast.FunctionDef and stmt.name == fn_name:
+            target = stmt
+        else:
+            body.append(stmt)
+    if target is None:
+        return None
+    params = target.args.args
+    if not (params and params[0].arg == "self"):
+        params.insert(0, ast.arg(arg="self", annotation=None))
+    body.append(ast.ClassDef(name="Solution", bases=[], keywords=[], body=[target],
+                             decorator_list=[]))
+    tree.body = body
+    return ast.unparse(tree)
+
+
+def skywork_stdin(inputs):
+    """Rule ``call_method`` (SKY-TU, Skywork-OR1 at 64e96af,
+    ``verl/utils/reward_score/livecodebench/lcb_runner/evaluation/testing_util.py``): the
+    program's ``sys.stdin`` is ``StringIO(inputs)`` itself, unpatched (the ``readline``,
+    ``readlines`` and ``read`` patches there name ``sys.stdin`` before it is replaced, so they
+    change the judge's own stdin): iterable, ``readlines()`` as StringIO's, no ``buffer``."""
+    return io.StringIO(inputs)
+
+
+class _LcbNoFunction(Exception):
+    """Skywork's conversion found no top-level function to make a method of."""
+
+
 def lcb_program_text(cfg):
     """The module text LiveCodeBench executes: stdin programs through ``clean_if_name`` and
     ``make_function``; call-based programs as ``preamble + "\\n\\n" + program`` (TU
     ``grade_call_based``: the preamble pasted as text, so ``from __future__`` after it is a
-    SyntaxError)."""
+    SyntaxError). Under Skywork's rules a call-based program without ``"class Solution"`` is
+    first converted (:func:`skywork_function_to_method`)."""
     preamble = cfg["prefix"]
     if cfg["mode"] == "stdio":
         return lcb_make_function(lcb_clean_if_name(cfg["source"]), preamble)
-    return preamble + "\n\n" + cfg["source"]
+    source = cfg["source"]
+    if cfg["lcb_rules"] == "skywork" and "class Solution" not in source:
+        source = skywork_function_to_method(source, cfg["fn_name"])
+        if source is None:
+            raise _LcbNoFunction(f"no top-level function {cfg['fn_name']!r} to make a method "
+                                 "of class Solution")
+    return preamble + "\n\n" + source
 
 
 class LcbBuffer:
@@ -175,9 +240,9 @@ class _LcbSyntax(Exception):
 
 def _lcb_load(cfg):
     """Compile and run the module (rule ``compile_code``); the callable each test calls."""
-    text = lcb_program_text(cfg)
     module = type(sys)("tmp_sol", "")  # types.ModuleType, without importing types
     try:
+        text = lcb_program_text(cfg)
         code = compile(text, "<string>", "exec")
     except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as e:
         raise _LcbSyntax(f"{type(e).__name__}: {e}") from None
@@ -194,14 +259,15 @@ def _lcb_load(cfg):
     return getattr(target, name)
 
 
-def _lcb_stdio_test(method, inp, out_fd):
+def _lcb_stdio_test(method, inp, out_fd, stdin_mock):
     """One stdin/stdout test (TU ``grade_stdio`` and ``call_method``): the output captured by
-    swapping ``sys.stdout`` alone, a SystemExit swallowed. Writes the captured text on
-    ``out_fd``; returns its size in bytes."""
+    swapping ``sys.stdout`` alone, a SystemExit swallowed, ``sys.stdin`` the judge's mock
+    (``stdin_mock(inp)``: :class:`LcbStdin`, or :func:`skywork_stdin`). Writes the captured
+    text on ``out_fd``; returns its size in bytes."""
     capture = io.StringIO()
     capture.close = lambda *a: 1  # as Capturing: closing it is a no-op
     saved_out, saved_in = sys.stdout, sys.stdin
-    sys.stdout, sys.stdin = capture, LcbStdin(inp)
+    sys.stdout, sys.stdin = capture, stdin_mock(inp)
     try:
         method()
     except SystemExit:
@@ -238,6 +304,7 @@ def _lcb_program(cfg):
         exit_now(0)
     send(4, {"ready": True})
     inputs = cfg["inputs"]
+    stdin_mock = skywork_stdin if cfg["lcb_rules"] == "skywork" else LcbStdin
     while True:
         m = req.next_blocking()
         if m is None:
@@ -245,7 +312,7 @@ def _lcb_program(cfg):
         i = m["i"]
         try:
             if cfg["mode"] == "stdio":
-                resp = {"n": _lcb_stdio_test(method, inputs[i], 5)}
+                resp = {"n": _lcb_stdio_test(method, inputs[i], 5, stdin_mock)}
             else:
                 result = method(*inputs[i])
                 if isinstance(result, tuple):  # TU grade_call_based: tuples count as lists

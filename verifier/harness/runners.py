@@ -1103,8 +1103,9 @@ def main():
     if cfg["sys_path"]:
         sys.path.append(cfg["sys_path"])  # the profile's extra packages (numpy), read-only
     cfg["_deadline"] = start + cfg["_budget"]
-    if cfg["lcb"] and cfg["mode"] in ("stdio", "call"):
-        # LiveCodeBench's harness semantics (lcb_runner.py): the program's text is rewritten
+    if cfg["lcb_rules"] and cfg["mode"] in ("stdio", "call"):
+        # LiveCodeBench's harness semantics, or Skywork-OR1's copy of them (lcb_runner.py,
+        # cfg["lcb_rules"] says whose): the program's text is rewritten
         # and compiled there, as LiveCodeBench does, so it is not compiled as it is here.
         run_lcb(cfg, rep)
         kill_all()
