@@ -98,6 +98,11 @@ PROGRAMS: list[Program] = [
     P("stdin_from_sys_import", "sum", "stdin",
       "from sys import stdin\nn = int(stdin.readline()[:-1])\n"
       "print(sum(int(stdin.readline()[:-1]) for _ in range(n)))\n"),
+    P("stdin_from_sys_import_unstripped", "sum", "stdin",
+      "from sys import stdin\nn = int(stdin.readline())\n"
+      "print(sum(int(stdin.readline()) for _ in range(n)))\n"),
+    P("stdin_from_sys_import_read", "sum", "stdin",
+      "from sys import stdin\nd = stdin.read().split()\nprint(sum(map(int, d[1:])))\n"),
     P("stdin_read_whole", "sum", "stdin",
       "import sys\nd = sys.stdin.read()\nprint(sum(map(int, d.split()[1:])))\n"),
     P("stdin_readline_until_empty", "sum", "stdin",

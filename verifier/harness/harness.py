@@ -1220,6 +1220,21 @@ def _lcb_stdio_test(method, inp, out_fd, stdin_mock):
     capture = io.StringIO()
     capture.close = lambda *a: 1  # as Capturing: closing it is a no-op
     saved_out, saved_in = sys.stdout, sys.stdin
+    # TU ``call_method`` (and SKY-TU's): its ``@patch("sys.stdin.readline"/"readlines"/"read")``
+    # decorators are entered BEFORE ``@patch("sys.stdin", ...)``, so they land on the stdin the
+    # process already had, the object a program bound at load time (``from sys import stdin``)
+    # still holds: there ``readline()`` is the next line without its newline, ``readlines()``
+    # ``inp.split("\n")`` and ``read()`` the whole input, during this test only.
+    lines = iter(inp.split("\n"))
+    old_in = {"readline": lambda *a: next(lines), "readlines": lambda *a: inp.split("\n"),
+              "read": lambda *a: inp}
+    patched = []
+    for name, fn in old_in.items():
+        try:
+            setattr(saved_in, name, fn)
+            patched.append(name)
+        except (AttributeError, TypeError):  # a stdin that takes no attributes: left as it is
+            pass
     sys.stdout, sys.stdin = capture, stdin_mock(inp)
     try:
         method()
@@ -1227,6 +1242,11 @@ def _lcb_stdio_test(method, inp, out_fd, stdin_mock):
         pass
     finally:
         sys.stdout, sys.stdin = saved_out, saved_in
+        for name in patched:
+            try:
+                delattr(saved_in, name)
+            except AttributeError:
+                pass
     data = capture.getvalue().encode("utf-8", "surrogatepass")
     write_all(out_fd, data)
     return len(data)
