@@ -43,6 +43,8 @@ class Run:
     client_decode: float = 0.0
     latencies: list[float] = field(default_factory=list)
     """Seconds from the stream's start to each item's result, in item order."""
+    results: list = field(default_factory=list)
+    """The Results, in the order they came."""
 
 
 def _scrape(port: int) -> dict[tuple[str, str], float]:
@@ -134,7 +136,7 @@ def stream_run(items: list[dict], workers: int, warmup: list[dict], *, breakdown
             wall = time.perf_counter() - start
             c1 = time.process_time()
             run = Run(len(items) / wall, dict(Counter(r.status.value for r in results)), wall,
-                      len(items), latencies=latencies)
+                      len(items), latencies=latencies, results=results)
             if breakdown:
                 time.sleep(0.3)
                 m1, s1 = _scrape(server.metrics_port), tree_cpu(server.proc.pid)
