@@ -210,7 +210,8 @@ def main() -> None:
     from verifier.local import LocalVerifier
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=30, help="steps per run (the issue: 100)")
+    ap.add_argument("--steps", type=int, default=30,
+                    help="steps per run (100 for the full-length comparison)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--threads", type=int, default=1, help="torch threads for both")
     ap.add_argument("--no-filter", action="store_true", help="ours without the online filter")

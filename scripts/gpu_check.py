@@ -1,6 +1,6 @@
 """`make gpu-check`: does the training stack run on this machine's accelerator, and how fast?
 
-On a CUDA machine (issue 30; docs/gpu.md), in a few minutes:
+On a CUDA machine (docs/gpu.md), in a few minutes:
 
 1. ``install``: the project and the wheels it misses, from ``--wheels DIR`` with
    ``pip install --no-index --find-links DIR`` (no network), against the machine's own torch
@@ -878,7 +878,7 @@ def doc_section(report: dict[str, Any]) -> str:
                    default=None)
         if best:
             lines.append(f"Best MFU at {longest} response tokens: {best[0]:.3f} ({best[1]}; "
-                         "issue 30's goal: 0.35).")
+                         "the goal in docs/gpu.md: 0.35).")
     eng = report["phases"].get("engine", {})
     if eng.get("hf"):
         h = eng["hf"]

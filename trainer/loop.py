@@ -1,6 +1,6 @@
 """The MAGIC training loop: a thin driver around trainer/magic.py's pure rules.
 
-One step (docs/magic.md, issue 5):
+One step (docs/magic.md):
   sample prompts -> generate (completions streamed to the verifier as chunks finish) -> wait for
   the remaining rewards -> online filter -> group advantages -> update (on-policy, or the
   off-policy quadruple) -> adaptive entropy update -> weight sync into the engine -> log ->

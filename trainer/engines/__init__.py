@@ -44,7 +44,7 @@ class EngineConfig:
     stopped (EOS), in the order chunks finish, while the batch goes on. ``chunk_size`` then
     sets only how finely completions stream to the verifier, not the batch size (no
     speed/overlap trade-off). Seeding: one seed for the whole call. Default False: one
-    ``generate`` per chunk (the behaviour before issue 17)."""
+    ``generate`` per chunk (the behaviour before streaming)."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Weights/compute dtype for the engine's model copy: "auto" (the checkpoint's dtype; vLLM
     may pick bfloat16 for float32 checkpoints on GPU), "float32", "bfloat16" or "float16".
