@@ -58,6 +58,7 @@ from .process import (
     StartedProcess,
     discard_process,
     drive_process,
+    output_stop,
     run_process,
     start_process,
 )
@@ -514,12 +515,9 @@ class NsjailSandbox:
             res.exit_code = int(m_exit.group(1))
         if m_sig:
             res.signal = int(m_sig.group(1))
-        if out.hook_error:
-            res.status, res.detail = "error", f"stdout hook failed: {out.hook_error}"
-        elif out.stopped:
-            res.status, res.detail = "stopped", "stopped by the caller"
-        elif out.output_exceeded:
-            res.status, res.detail = "output_limit", f"output over {lim.output_bytes} bytes"
+        stop = output_stop(out.hook_error, out.stopped, out.output_exceeded, lim.output_bytes)
+        if stop is not None:
+            res.status, res.detail = stop
         elif out.timed_out or _TIME_RE.search(out.log):
             res.status, res.detail = "timeout", f"wall time over {lim.wall_s:g} s"
         elif m_exit:

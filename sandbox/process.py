@@ -30,6 +30,7 @@ __all__ = [
     "append_capped",
     "discard_process",
     "drive_process",
+    "output_stop",
     "run_process",
     "start_process",
 ]
@@ -163,13 +164,8 @@ class OutputSink:
 
     def stop_reason(self) -> tuple[str, str] | None:
         """(RunResult status, detail) when the output stopped the run, else None."""
-        if self.hook_error:
-            return "error", f"stdout hook failed: {self.hook_error}"
-        if self.stopped:
-            return "stopped", "stopped by the caller"
-        if self.output_exceeded:
-            return "output_limit", f"output over {self.output_bytes} bytes"
-        return None
+        return output_stop(self.hook_error, self.stopped, self.output_exceeded,
+                           self.output_bytes)
 
     def fill(self, outcome: ProcessOutcome) -> None:
         outcome.stdout, outcome.stderr = bytes(self.out), bytes(self.err)
@@ -177,6 +173,19 @@ class OutputSink:
         outcome.stdout_truncated = self.stdout_truncated
         outcome.stderr_truncated = self.stderr_truncated
         outcome.hook_error = self.hook_error
+
+
+def output_stop(hook_error: str, stopped: bool, output_exceeded: bool,
+                output_bytes: int) -> tuple[str, str] | None:
+    """The (RunResult status, detail) of a run its output stopped, the same in every backend:
+    a hook that raised, a hook that said stop, a cap; None when the output did not stop it."""
+    if hook_error:
+        return "error", f"stdout hook failed: {hook_error}"
+    if stopped:
+        return "stopped", "stopped by the caller"
+    if output_exceeded:
+        return "output_limit", f"output over {output_bytes} bytes"
+    return None
 
 
 def run_process(

@@ -24,7 +24,7 @@ from .base import (
     ceil_s,
     check_file_name,
 )
-from .process import RunningProcesses, run_process
+from .process import RunningProcesses, output_stop, run_process
 
 WORK_DIR_PREFIX = "magic-unsafe-"
 """A run's work directory: ``<tmp>/<prefix><pid>-<random>``, owned by its verifier process
@@ -125,12 +125,9 @@ class UnsafeSandbox:
             res.status, res.detail = "error", out.spawn_error
         elif out.cancelled:
             res.status, res.detail = "error", CLOSED
-        elif out.hook_error:
-            res.status, res.detail = "error", f"stdout hook failed: {out.hook_error}"
-        elif out.stopped:
-            res.status = "stopped"
-        elif out.output_exceeded:
-            res.status, res.detail = "output_limit", f"output over {lim.output_bytes} bytes"
+        elif (stop := output_stop(out.hook_error, out.stopped, out.output_exceeded,
+                                  lim.output_bytes)) is not None:
+            res.status, res.detail = stop
         elif out.timed_out:
             res.status, res.detail = "timeout", f"wall time over {lim.wall_s:g} s"
         elif rc is not None and rc < 0:
