@@ -348,16 +348,18 @@ def phase_install(ctx: Context) -> dict[str, Any]:
 # Phase 2: numerics
 # ---------------------------------------------------------------------------------------------
 
-def _torch_update(model: Path, config, device: str) -> tuple[dict, dict, dict[str, float]]:
-    """One on-policy MAGIC update of TorchBackend on ds_worker's batch: (before, after, metrics)."""
+def _torch_update(model: Path, dtype: str, device: str) -> tuple[dict, dict, dict[str, float]]:
+    """One on-policy MAGIC update of TorchBackend in ``dtype`` on ds_worker's batch, under
+    ds_worker's LINEAR optimizer: (before, after, metrics)."""
     import torch
 
-    from tests.ds_worker import make_batch
+    from tests.ds_worker import LINEAR, make_batch
+    from trainer.backends import BackendConfig
     from trainer.backends.torch_backend import TorchBackend
     from trainer.interfaces import LossSettings, UpdatePlan
 
     batch, _, adv = make_batch()
-    backend = TorchBackend(config, model, device=device)
+    backend = TorchBackend(BackendConfig(dtype=dtype), model, LINEAR, device=device)
     before = _weights(backend)
     metrics = backend.update(batch, None, adv, UpdatePlan([torch.arange(len(batch))], 3),
                              LossSettings(clip_low=0.2, clip_high=0.28, entropy_coef=0.01))
@@ -368,7 +370,7 @@ def _torch_update(model: Path, config, device: str) -> tuple[dict, dict, dict[st
     return before, after, metrics
 
 
-def _reference_update(model: Path, config) -> tuple[dict, dict, dict[str, float]]:
+def _reference_update(model: Path, optimizer) -> tuple[dict, dict, dict[str, float]]:
     """trainer/reference_step.update (plain torch, one file) on the same batch, on the CPU."""
     import torch
 
@@ -379,8 +381,8 @@ def _reference_update(model: Path, config) -> tuple[dict, dict, dict[str, float]
     batch, _, adv = make_batch()
     net = load_causal_lm(model)
     before = {n: p.detach().clone().double() for n, p in net.named_parameters()}
-    opt = torch.optim.AdamW(net.parameters(), **adamw_kwargs(config))
-    s = ref.StepSettings(clip_low=0.2, clip_high=0.28, grad_clip=config.grad_clip)
+    opt = torch.optim.AdamW(net.parameters(), **adamw_kwargs(optimizer))
+    s = ref.StepSettings(clip_low=0.2, clip_high=0.28, grad_clip=optimizer.grad_clip)
     metrics = ref.update(net, opt, batch.input_ids, batch.attention_mask, batch.response_mask,
                          adv, s, 0.01)
     after = {n: p.detach().clone().double() for n, p in net.named_parameters()}
@@ -413,23 +415,22 @@ def phase_numerics(ctx: Context) -> dict[str, Any]:
     from tests.ds_worker import LINEAR
 
     model = ctx.tiny_model()
-    bf16 = dataclasses.replace(LINEAR, dtype="bfloat16")
     problems: list[str] = []
     checks: dict[str, Any] = {}
-    cpu32 = _torch_update(model, LINEAR, "cpu")
+    cpu32 = _torch_update(model, "float32", "cpu")
     checks["cpu_fp32_vs_reference_step"] = _check(
         "cpu float32 vs reference_step", cpu32, _reference_update(model, LINEAR), "float32",
         problems)
     if ctx.cuda:
-        cuda32 = _torch_update(model, LINEAR, "cuda")
+        cuda32 = _torch_update(model, "float32", "cuda")
         checks["cuda_fp32_vs_cpu_fp32"] = _check("cuda float32 vs cpu float32", cuda32, cpu32,
                                                  "float32", problems)
         checks["cuda_bf16_vs_cuda_fp32"] = _check(
-            "cuda bf16 vs cuda float32", _torch_update(model, bf16, "cuda"), cuda32, "bfloat16",
+            "cuda bf16 vs cuda float32", _torch_update(model, "bfloat16", "cuda"), cuda32, "bfloat16",
             problems)
     else:
         checks["cpu_bf16_vs_cpu_fp32"] = _check(
-            "cpu bf16 vs cpu float32", _torch_update(model, bf16, "cpu"), cpu32, "bfloat16",
+            "cpu bf16 vs cpu float32", _torch_update(model, "bfloat16", "cpu"), cpu32, "bfloat16",
             problems)
     data = {"model": "trainer/tiny.py save_tiny (default shape)",
             "batch": "tests/ds_worker.py make_batch (8 rows), one mini-batch, micro-batch 3",
@@ -470,7 +471,7 @@ def _bench_configs(ctx: Context) -> list[tuple[str, Any]]:
     for kind, stage in (("torch", 0), ("deepspeed", 2), ("deepspeed", 3)):
         for ckpt in (False, True):
             name = ("torch" if kind == "torch" else f"zero{stage}") + (" +gc" if ckpt else "")
-            out.append((name, BackendConfig(kind=kind, zero_stage=stage, dtype=dtype, lr=1e-6,
+            out.append((name, BackendConfig(kind=kind, zero_stage=stage, dtype=dtype,
                                             gradient_checkpointing=ckpt)))
     return out
 

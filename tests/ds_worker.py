@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:  # run as a script from the launcher: make `traine
     sys.path.insert(0, str(ROOT))
 
 from trainer import dist
-from trainer.backends import BackendConfig
+from trainer.backends import BackendConfig, OptimizerConfig
 from trainer.interfaces import Completion, LossSettings, TokenBatch, UpdatePlan
 
 PAD_ID = 0
@@ -39,11 +39,12 @@ VOCAB = 100
 #: Eps-dominated AdamW: the first step is ``lr * g / (|g| + eps) ~= g`` (plain SGD, step 1),
 #: LINEAR in the gradient, so a wrong loss scale shows in the weights (Adam's usual
 #: scale-invariant first step, ``lr * sign(g)``, would hide it). No clipping, no decay.
-LINEAR = BackendConfig(lr=1e4, eps=1e4, weight_decay=0.0, grad_clip=0.0)
+LINEAR = OptimizerConfig(lr=1e4, eps=1e4, weight_decay=0.0, grad_clip=0.0)
 LOSS = LossSettings(clip_low=0.2, clip_high=0.28, entropy_coef=0.01)
 MICRO_BATCH_SIZE = 2
 #: The KL test: real Adam, a reference policy, a KL loss, one mini-batch per update.
-KL_CONFIG = BackendConfig(lr=1e-3, keep_reference=True)
+KL_CONFIG = BackendConfig(keep_reference=True)
+KL_OPTIMIZER = OptimizerConfig(lr=1e-3)
 KL_LOSS = LossSettings(clip_low=0.2, clip_high=0.28, kl_coef=0.1)
 
 # Global mini-batches (rows of the whole batch) and each rank's share of them.
@@ -92,8 +93,8 @@ def full_plan() -> UpdatePlan:
 def _run_stage(model: Path, out: Path, stage: int) -> None:
     from trainer.backends.deepspeed_backend import DeepSpeedBackend
 
-    cfg = dataclasses.replace(LINEAR, kind="deepspeed", zero_stage=stage)
-    backend = DeepSpeedBackend(cfg, model)
+    cfg = BackendConfig(kind="deepspeed", zero_stage=stage)
+    backend = DeepSpeedBackend(cfg, model, LINEAR)
     batch, offset, advantages = make_batch()
     rows = rank_rows(backend.rank)
     local = batch.select(rows)
@@ -122,7 +123,7 @@ def _run_kl(model: Path, out: Path, stage: int) -> None:
     from trainer.backends.deepspeed_backend import DeepSpeedBackend
 
     cfg = dataclasses.replace(KL_CONFIG, kind="deepspeed", zero_stage=stage)
-    backend = DeepSpeedBackend(cfg, model)
+    backend = DeepSpeedBackend(cfg, model, KL_OPTIMIZER)
     batch, _, advantages = make_batch()
     rows = rank_rows(backend.rank)
     local = batch.select(rows)

@@ -15,7 +15,7 @@ import torch
 
 from tests.ds_worker import LINEAR, make_batch
 from trainer import magic
-from trainer.backends import BackendConfig, check_model_path, create_backend
+from trainer.backends import BackendConfig, OptimizerConfig, check_model_path, create_backend
 from trainer.backends import common
 from trainer.backends.common import UPDATE_METRIC_KEYS, target_logprobs, token_stats
 from trainer.config_schema import field_docs
@@ -26,7 +26,8 @@ from tests.backend_fixtures import model_dir, one_torch_thread  # noqa: F401 (fi
 
 pytestmark = pytest.mark.timeout(120)
 
-ADAM = BackendConfig(lr=1e-3)  # real Adam (eps 1e-8): optimizer state matters on resume
+ADAM = OptimizerConfig(lr=1e-3)  # real Adam (eps 1e-8): optimizer state matters on resume
+PLAIN = BackendConfig()
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +48,10 @@ def whole(batch: TokenBatch, mbs: int = 4) -> UpdatePlan:
     return UpdatePlan([torch.arange(len(batch))], micro_batch_size=mbs)
 
 
-def run_update(model_dir, data, *, config=LINEAR, mbs=4, loss=None, adv=None, plan=None):
+def run_update(model_dir, data, *, config=PLAIN, optimizer=LINEAR, mbs=4, loss=None, adv=None,
+               plan=None):
     loss = loss or LossSettings()
-    backend = TorchBackend(config, model_dir)
+    backend = TorchBackend(config, model_dir, optimizer)
     batch, offset, advantages = data
     old = backend.logprobs(batch, 4) + offset
     before = weights(backend)
@@ -63,29 +65,48 @@ def run_update(model_dir, data, *, config=LINEAR, mbs=4, loss=None, adv=None, pl
 # ---------------------------------------------------------------------------------------------
 
 def test_config_defaults_are_the_released_optimizer():
-    cfg = BackendConfig()
-    assert (cfg.kind, cfg.zero_stage, cfg.lr, cfg.betas, cfg.weight_decay, cfg.grad_clip) == (
+    cfg, opt = BackendConfig(), OptimizerConfig()
+    assert (cfg.kind, cfg.zero_stage, opt.lr, opt.betas, opt.weight_decay, opt.grad_clip) == (
         "torch", 0, 1e-6, (0.9, 0.999), 0.01, 1.0)
-    docs = field_docs(BackendConfig)
-    for f in dataclasses.fields(cfg):
-        assert docs[f.name], f.name
+    for kind in (BackendConfig, OptimizerConfig):
+        docs = field_docs(kind)
+        for f in dataclasses.fields(kind):
+            assert docs[f.name], f.name
+
+
+def test_a_run_takes_the_optimizer_from_magic_only():
+    """The report's optimizer row has one home, magic: the backend config has no optimizer
+    field, and a run's optimizer is magic's values."""
+    names = {f.name for f in dataclasses.fields(BackendConfig)}
+    assert not names & {"lr", "betas", "eps", "weight_decay", "grad_clip"}
+    m = magic.MagicConfig(lr=3e-6, betas=(0.8, 0.95), weight_decay=0.02, grad_clip=0.5)
+    assert OptimizerConfig.from_magic(m) == OptimizerConfig(
+        lr=3e-6, betas=(0.8, 0.95), weight_decay=0.02, grad_clip=0.5)
 
 
 @pytest.mark.parametrize("kwargs, rule", [
     ({"zero_stage": 2}, "needs kind='deepspeed'"),
     ({"kind": "jax"}, "kind must be one of"),
     ({"kind": "deepspeed", "zero_stage": 4}, "zero_stage must be one of"),
-    ({"lr": 0.0}, "lr must be"),
-    ({"betas": (0.9, 1.0)}, "betas must be"),
-    ({"weight_decay": -1.0}, "weight_decay must be"),
-    ({"lr": 10.0, "weight_decay": 0.5}, "lr \\* weight_decay must be < 1"),
-    ({"grad_clip": -1.0}, "grad_clip must be"),
     ({"dtype": "float16"}, "dtype must be one of"),
     ({"entropy_chunk_size": 0}, "entropy_chunk_size must be"),
 ])
 def test_config_rules(kwargs, rule):
     with pytest.raises(ValueError, match=rule):
         BackendConfig(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, rule", [
+    ({"lr": 0.0}, "lr must be"),
+    ({"betas": (0.9, 1.0)}, "betas must be"),
+    ({"eps": 0.0}, "eps must be"),
+    ({"weight_decay": -1.0}, "weight_decay must be"),
+    ({"lr": 10.0, "weight_decay": 0.5}, "lr \\* weight_decay must be < 1"),
+    ({"grad_clip": -1.0}, "grad_clip must be"),
+])
+def test_optimizer_rules(kwargs, rule):
+    with pytest.raises(ValueError, match=rule):
+        OptimizerConfig(**kwargs)
 
 
 @pytest.mark.parametrize("kind", ["torch", "deepspeed"])
@@ -136,7 +157,7 @@ def test_logprobs_entropy_and_kl_are_of_the_sampling_distribution(model_dir, dat
     plain_h = float(magic.masked_mean(magic.token_entropy(logits), batch.response_mask))
     real = batch.attention_mask[:, 1:].bool()  # [B, L-1]
 
-    backend = TorchBackend(dataclasses.replace(LINEAR, keep_reference=True), model_dir)
+    backend = TorchBackend(BackendConfig(keep_reference=True), model_dir, LINEAR)
     old = backend.logprobs(batch, 3, temperature=tau)  # [B, L-1]
     torch.testing.assert_close(old[real], want_lp[real], atol=1e-5, rtol=0)
     loss = LossSettings(kl_coef=0.1, temperature=tau)
@@ -147,7 +168,7 @@ def test_logprobs_entropy_and_kl_are_of_the_sampling_distribution(model_dir, dat
     assert m["losses/approx_kl"] == pytest.approx(0.0, abs=1e-7)
     assert m["losses/kl"] == 0.0  # the reference is scored at tau too (same initial weights)
 
-    mismatched = TorchBackend(LINEAR, model_dir)
+    mismatched = TorchBackend(PLAIN, model_dir, LINEAR)
     m1 = mismatched.update(batch, mismatched.logprobs(batch, 3), adv, whole(batch, 3),
                            LossSettings(temperature=tau))
     assert abs(m1["losses/ratio_mean"] - 1.0) > 1e-3  # old at tau 1, update at 0.6
@@ -187,7 +208,7 @@ def test_dropout_is_disabled_for_the_ratio():
 
 def test_on_policy_update_starts_at_ratio_one(model_dir, data):
     batch, _, adv = data
-    backend = TorchBackend(LINEAR, model_dir)
+    backend = TorchBackend(PLAIN, model_dir, LINEAR)
     m = backend.update(batch, backend.logprobs(batch, 4), adv, whole(batch), LossSettings())
     assert m["losses/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
     assert m["losses/clipfrac"] == 0.0 and m["losses/approx_kl"] == pytest.approx(0, abs=1e-9)
@@ -220,7 +241,7 @@ def test_prompt_and_padding_positions_do_not_enter_the_loss(model_dir, data):
 
 def test_positive_advantage_raises_the_sequence_logprob(model_dir, data):
     batch = data[0].select(torch.tensor([1]))
-    backend = TorchBackend(ADAM, model_dir)
+    backend = TorchBackend(PLAIN, model_dir, ADAM)
     old = backend.logprobs(batch, 1)
     backend.update(batch, old, torch.tensor([1.0]), whole(batch), LossSettings())
     new = backend.logprobs(batch, 1)
@@ -284,7 +305,7 @@ def test_grad_clipping_scales_the_step_and_grad_norm_is_pre_clip(model_dir, data
     _, before, w_free, m_free = run_update(model_dir, data)
     clip = 0.1
     _, _, w_clip, m_clip = run_update(model_dir, data,
-                                      config=dataclasses.replace(LINEAR, grad_clip=clip))
+                                      optimizer=dataclasses.replace(LINEAR, grad_clip=clip))
     norm = m_free["grad_norm"]
     assert norm > clip  # clipping is active
     assert m_clip["grad_norm"] == pytest.approx(norm, rel=1e-6)  # reported before clipping
@@ -298,9 +319,9 @@ def test_zero_advantages_only_apply_weight_decay(model_dir, data):
     """All-zero advantages and no entropy term: every gradient is exactly 0, so AdamW's moments
     stay 0 and its Adam step is 0/(0+eps) = 0; what remains is the decoupled weight decay,
     p <- p * (1 - lr * wd), on every parameter. We assert exactly that (to float rounding)."""
-    cfg = BackendConfig(lr=1e-2, weight_decay=0.1)
+    cfg = OptimizerConfig(lr=1e-2, weight_decay=0.1)
     zero = torch.zeros(len(data[0]))
-    _, before, after, m = run_update(model_dir, data, config=cfg, adv=zero)
+    _, before, after, m = run_update(model_dir, data, optimizer=cfg, adv=zero)
     assert m["grad_norm"] == 0.0
     for k in before:
         torch.testing.assert_close(after[k], before[k] * (1 - cfg.lr * cfg.weight_decay),
@@ -310,10 +331,10 @@ def test_zero_advantages_only_apply_weight_decay(model_dir, data):
 def test_two_minibatches_are_two_sequential_steps(model_dir, data):
     batch, offset, adv = data
     plan = UpdatePlan([torch.tensor([0, 2, 4, 6]), torch.tensor([1, 3, 5, 7])], 2)
-    a = TorchBackend(ADAM, model_dir)
+    a = TorchBackend(PLAIN, model_dir, ADAM)
     old = a.logprobs(batch, 4) + offset
     m = a.update(batch, old, adv, plan, LossSettings())
-    b = TorchBackend(ADAM, model_dir)
+    b = TorchBackend(PLAIN, model_dir, ADAM)
     for rows in plan.minibatches:
         b.update(batch, old, adv, UpdatePlan([rows], 2), LossSettings())
     assert m["optimizer_steps"] == 2
@@ -323,14 +344,14 @@ def test_two_minibatches_are_two_sequential_steps(model_dir, data):
 def test_save_load_restores_weights_and_optimizer_exactly(model_dir, data, tmp_path):
     batch, offset, adv = data
     plan, loss = whole(batch), LossSettings(entropy_coef=0.002)
-    a = TorchBackend(ADAM, model_dir)
+    a = TorchBackend(PLAIN, model_dir, ADAM)
     old = a.logprobs(batch, 4) + offset
     a.update(batch, old, adv, plan, loss)
     a.save(tmp_path / "ckpt")
     assert (tmp_path / "ckpt" / "model.safetensors").is_file()
     assert (tmp_path / "ckpt" / "optimizer.pt").is_file()
 
-    b = TorchBackend(ADAM, model_dir)  # fresh: initial weights, empty optimizer
+    b = TorchBackend(PLAIN, model_dir, ADAM)  # fresh: initial weights, empty optimizer
     b.load(tmp_path / "ckpt")
     assert torch.equal(a.logprobs(batch, 4), b.logprobs(batch, 4))
     ma = a.update(batch, old, adv, plan, loss)
@@ -338,7 +359,7 @@ def test_save_load_restores_weights_and_optimizer_exactly(model_dir, data, tmp_p
     assert max_diff(weights(a), weights(b)) == 0.0  # the NEXT update is identical
     assert ma == mb
     # The optimizer state matters: weights alone (fresh Adam moments) step differently.
-    c = TorchBackend(ADAM, tmp_path / "ckpt")
+    c = TorchBackend(PLAIN, tmp_path / "ckpt", ADAM)
     c.update(batch, old, adv, plan, loss)
     assert max_diff(weights(a), weights(c)) > 1e-5
 
@@ -362,7 +383,7 @@ def test_load_rejects_a_checkpoint_without_optimizer_state(model_dir):
 def test_gradient_checkpointing_gives_the_same_update(model_dir, data):
     _, _, w_plain, _ = run_update(model_dir, data)
     _, _, w_ckpt, _ = run_update(
-        model_dir, data, config=dataclasses.replace(LINEAR, gradient_checkpointing=True))
+        model_dir, data, config=BackendConfig(gradient_checkpointing=True))
     assert max_diff(w_plain, w_ckpt) < 1e-6
 
 
@@ -370,7 +391,7 @@ def test_bfloat16_autocast_keeps_float32_master_weights(model_dir, data):
     batch = data[0]
     fp32 = TorchBackend(BackendConfig(), model_dir).logprobs(batch, 4)
     backend, before, after, m = run_update(
-        model_dir, data, config=BackendConfig(lr=1e-6, dtype="bfloat16"))
+        model_dir, data, config=BackendConfig(dtype="bfloat16"), optimizer=OptimizerConfig(lr=1e-6))
     assert all(t.dtype == torch.float32 for t in after.values())
     assert max_diff(after, before) > 0  # a 1e-6 step survives: the weights are float32
     bf16 = backend.logprobs(batch, 4)
@@ -379,7 +400,7 @@ def test_bfloat16_autocast_keeps_float32_master_weights(model_dir, data):
 
 def test_kl_term_with_a_reference_policy(model_dir, data):
     batch, offset, adv = data
-    backend = TorchBackend(LINEAR, model_dir)
+    backend = TorchBackend(PLAIN, model_dir, LINEAR)
     ref = backend.logprobs(batch, 4)  # the reference is the current policy: KL = 0
     m = backend.update(batch, ref + offset, adv, whole(batch), LossSettings(kl_coef=0.1),
                        ref_logprobs=ref)
@@ -401,7 +422,7 @@ def test_bad_inputs_are_rejected(model_dir, data):
 # The KL reference policy (keep_reference)
 # ---------------------------------------------------------------------------------------------
 
-REF = dataclasses.replace(ADAM, keep_reference=True)
+REF = BackendConfig(keep_reference=True)
 
 
 def test_kl_to_the_kept_reference_is_exactly_zero_until_the_policy_moves(model_dir, data):
@@ -409,7 +430,7 @@ def test_kl_to_the_kept_reference_is_exactly_zero_until_the_policy_moves(model_d
     so every token is scored before any step) the KL is exactly 0; after it, positive; the
     reference itself never changes."""
     batch, _, adv = data
-    backend = TorchBackend(REF, model_dir)
+    backend = TorchBackend(REF, model_dir, ADAM)
     assert backend.has_reference
     frozen = {n: p.detach().clone() for n, p in backend.reference.named_parameters()}
     loss = LossSettings(kl_coef=0.1)
@@ -426,7 +447,7 @@ def test_the_kl_loss_pulls_the_policy_back_to_the_reference(model_dir, data):
     """With zero advantages the KL term is the only loss: each step lowers the KL (the
     gradient has the right sign); without it nothing moves."""
     batch, _, adv = data
-    backend = TorchBackend(REF, model_dir)
+    backend = TorchBackend(REF, model_dir, ADAM)
     backend.update(batch, backend.logprobs(batch, 4), adv, whole(batch), LossSettings())
     zero = torch.zeros(len(batch))
     kls = [backend.update(batch, backend.logprobs(batch, 4), zero, whole(batch),
@@ -440,7 +461,7 @@ def test_the_reference_comes_from_reference_path(model_dir, data, tmp_path):
     from trainer.tiny import save_tiny
 
     other = save_tiny(tmp_path / "other", seed=1)
-    backend = create_backend(REF, model_dir, reference_path=other)
+    backend = create_backend(REF, model_dir, ADAM, reference_path=other)
     ref = TorchBackend(BackendConfig(), other)
     got = {n: p.detach() for n, p in backend.reference.named_parameters()}
     assert max_diff(got, weights(ref)) == 0.0
@@ -452,7 +473,7 @@ def test_the_reference_comes_from_reference_path(model_dir, data, tmp_path):
 
 def test_kl_without_a_reference_is_a_clear_error(model_dir, data):
     batch, offset, adv = data
-    backend = TorchBackend(ADAM, model_dir)
+    backend = TorchBackend(PLAIN, model_dir, ADAM)
     assert not backend.has_reference
     with pytest.raises(ValueError, match="kl_coef != 0 needs a reference policy"):
         backend.update(batch, offset, adv, whole(batch), LossSettings(kl_coef=0.1))
@@ -561,12 +582,12 @@ def relative_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor],
 
 
 ON_POLICY_CASES = {
-    "plain, 3 rows per micro-batch": (LINEAR, LossSettings(clip_high=0.28), 3),
-    "entropy bonus, 1 row per micro-batch": (LINEAR, LossSettings(clip_high=0.28,
-                                                                  entropy_coef=0.01), 1),
-    "gradient checkpointing": (dataclasses.replace(LINEAR, gradient_checkpointing=True),
+    "plain, 3 rows per micro-batch": (PLAIN, LossSettings(clip_high=0.28), 3),
+    "entropy bonus, 1 row per micro-batch": (PLAIN, LossSettings(clip_high=0.28,
+                                                                 entropy_coef=0.01), 1),
+    "gradient checkpointing": (BackendConfig(gradient_checkpointing=True),
                                LossSettings(entropy_coef=0.01), 4),
-    "KL to a kept reference": (dataclasses.replace(LINEAR, keep_reference=True),
+    "KL to a kept reference": (BackendConfig(keep_reference=True),
                                LossSettings(kl_coef=0.1, entropy_coef=0.01), 3),
 }
 
@@ -578,11 +599,11 @@ def test_on_policy_update_without_old_logprobs_equals_the_recomputed_path(model_
     forward's detached log-probs) gives the update of the separate no-grad forward."""
     config, loss, mbs = ON_POLICY_CASES[name]
     batch, _, adv = data
-    a = TorchBackend(config, model_dir)
+    a = TorchBackend(config, model_dir, LINEAR)
     before = weights(a)
     ma = a.update(batch, a.logprobs(batch, mbs, response_only=True), adv, whole(batch, mbs),
                   loss)
-    b = TorchBackend(config, model_dir)
+    b = TorchBackend(config, model_dir, LINEAR)
     mb = b.update(batch, None, adv, whole(batch, mbs), loss)
     assert max_diff(weights(a), before) > 1e-2  # a large update: the equality means something
     assert relative_diff(weights(b), weights(a), before) < 1e-6
@@ -596,7 +617,7 @@ def test_on_policy_update_runs_one_forward_per_micro_batch(model_dir, data):
     """The extra forward is skipped: with old_logprobs=None the policy runs once per
     micro-batch (the training forward), against twice with the recomputed old log-probs."""
     batch, _, adv = data
-    backend = TorchBackend(LINEAR, model_dir)
+    backend = TorchBackend(PLAIN, model_dir, LINEAR)
     calls = []
     split = backend._split
     backend._split = common.SplitForward(
@@ -612,7 +633,7 @@ def test_on_policy_update_runs_one_forward_per_micro_batch(model_dir, data):
 
 def test_old_logprobs_none_needs_a_single_minibatch(model_dir, data):
     batch, _, adv = data
-    backend = TorchBackend(LINEAR, model_dir)
+    backend = TorchBackend(PLAIN, model_dir, LINEAR)
     plan = UpdatePlan([torch.tensor([0, 1, 2, 3]), torch.tensor([4, 5, 6, 7])], 2)
     with pytest.raises(ValueError, match="exactly one mini-batch"):
         backend.update(batch, None, adv, plan, LossSettings())

@@ -24,6 +24,7 @@ from tests.backend_fixtures import model_dir, one_torch_thread  # noqa: F401 (fi
 from tests.conftest import deepspeed_shm_buffers
 from tests.ds_worker import (
     KL_CONFIG,
+    KL_OPTIMIZER,
     KL_LOSS,
     LINEAR,
     LOSS,
@@ -34,7 +35,7 @@ from tests.ds_worker import (
     one_minibatch,
     rank_rows,
 )
-from trainer.backends import BackendConfig, create_backend
+from trainer.backends import BackendConfig, OptimizerConfig, create_backend
 from trainer.backends.torch_backend import TorchBackend
 from trainer.hf_utils import CheckpointError
 from trainer.interfaces import LossSettings
@@ -65,9 +66,9 @@ def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
-def reference_update(model_dir: Path, config: BackendConfig = LINEAR):
+def reference_update(model_dir: Path, optimizer: OptimizerConfig = LINEAR):
     """TorchBackend on the whole batch: (initial weights, weights after, metrics, old)."""
-    backend = TorchBackend(config, model_dir)
+    backend = TorchBackend(BackendConfig(), model_dir, optimizer)
     batch, offset, adv = make_batch()
     old = backend.logprobs(batch, 4) + offset
     before = weights(backend)
@@ -75,15 +76,17 @@ def reference_update(model_dir: Path, config: BackendConfig = LINEAR):
     return before, weights(backend), metrics, old
 
 
-def ds_backend(model_dir: Path, stage: int, config: BackendConfig = LINEAR) -> DeepSpeedBackend:
+def ds_backend(model_dir: Path, stage: int, config: BackendConfig = BackendConfig(),
+               optimizer: OptimizerConfig = LINEAR) -> DeepSpeedBackend:
     backend = create_backend(dataclasses.replace(config, kind="deepspeed", zero_stage=stage),
-                             model_dir)
+                             model_dir, optimizer)
     assert isinstance(backend, DeepSpeedBackend)
     return backend
 
 
 def test_config_dict_keeps_loss_scaling_exact():
-    cfg = deepspeed_config(BackendConfig(kind="deepspeed", zero_stage=3, grad_clip=0.5), 4)
+    cfg = deepspeed_config(BackendConfig(kind="deepspeed", zero_stage=3),
+                           OptimizerConfig(grad_clip=0.5), 4)
     assert cfg["gradient_accumulation_steps"] == 1  # engine.backward divides by 1
     assert cfg["train_batch_size"] == 4 and cfg["gradient_clipping"] == 0.5
     assert cfg["zero_optimization"]["stage"] == 3
@@ -117,10 +120,10 @@ def test_world_of_one_update_equals_torch_backend(model_dir, stage):
 @pytest.mark.parametrize("stage", [0, 3])
 def test_save_load_resumes_identically(model_dir, tmp_path, stage):
     """Real Adam (eps 1e-8): the next update depends on the restored moments."""
-    cfg = BackendConfig(lr=1e-3)
+    adam = OptimizerConfig(lr=1e-3)
     batch, offset, adv = make_batch()
     loss = LossSettings(entropy_coef=0.002)
-    a = ds_backend(model_dir, stage, cfg)
+    a = ds_backend(model_dir, stage, optimizer=adam)
     try:
         old = a.logprobs(batch, 4) + offset
         a.update(batch, old, adv, full_plan(), loss)
@@ -135,7 +138,7 @@ def test_save_load_resumes_identically(model_dir, tmp_path, stage):
     hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "ckpt"), dtype=torch.float32)
     assert max_diff(saved, {n: p.detach() for n, p in hf.named_parameters()}) == 0.0
 
-    b = ds_backend(model_dir, stage, cfg)
+    b = ds_backend(model_dir, stage, optimizer=adam)
     try:
         b.load(tmp_path / "ckpt")
         assert max_diff(weights(b), saved) == 0.0
@@ -156,7 +159,7 @@ def test_world_of_one_on_policy_update_equals_torch_backend(model_dir, stage):
     layer on the response positions only (HF's logits_to_keep through the engine)."""
     batch, _, adv = make_batch()
     plan = one_minibatch(len(batch))
-    torch_backend = TorchBackend(LINEAR, model_dir)
+    torch_backend = TorchBackend(BackendConfig(), model_dir, LINEAR)
     before = weights(torch_backend)
     ref_metrics = torch_backend.update(batch, torch_backend.logprobs(batch, 4), adv, plan, LOSS)
     want = weights(torch_backend)
@@ -164,7 +167,7 @@ def test_world_of_one_on_policy_update_equals_torch_backend(model_dir, stage):
     try:
         old = backend.logprobs(batch, 3, response_only=True)
         torch.testing.assert_close(old[batch.response_mask],
-                                   TorchBackend(LINEAR, model_dir).logprobs(batch, 3)[
+                                   TorchBackend(BackendConfig(), model_dir, LINEAR).logprobs(batch, 3)[
                                        batch.response_mask], atol=1e-6, rtol=0)
         metrics = backend.update(batch, None, adv, plan, LOSS)
         got = weights(backend)
@@ -246,7 +249,7 @@ def test_two_ranks_under_the_deepspeed_launcher_equal_one_process(model_dir, tmp
 
 def torch_kl_updates(model_dir: Path) -> tuple[dict, dict]:
     """TorchBackend with a reference, on the whole batch: the two updates' metrics."""
-    backend = TorchBackend(KL_CONFIG, model_dir)
+    backend = TorchBackend(KL_CONFIG, model_dir, KL_OPTIMIZER)
     batch, _, adv = make_batch()
     plan = one_minibatch(len(batch))
     first = backend.update(batch, backend.logprobs(batch, 4), adv, plan, KL_LOSS)
@@ -259,7 +262,7 @@ def torch_kl_updates(model_dir: Path) -> tuple[dict, dict]:
 def test_world_of_one_kl_reference_equals_torch_backend(model_dir, stage):
     want_first, want_second = torch_kl_updates(model_dir)
     batch, _, adv = make_batch()
-    backend = ds_backend(model_dir, stage, KL_CONFIG)
+    backend = ds_backend(model_dir, stage, KL_CONFIG, KL_OPTIMIZER)
     try:
         assert backend.has_reference
         plan = one_minibatch(len(batch))

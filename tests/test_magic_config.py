@@ -99,7 +99,7 @@ def test_from_dict_unknown_keys_are_named():
     (dict(betas=(0.9,)), "betas must be a sequence of 2 numbers"),
     (dict(stages="8k"), "stages must be a list of stages"),
     (dict(stages=[{"name": "a", "max_response_length": 8, "oops": 1}]),
-     r"unknown stage key 'oops'"),
+     r"unknown magic.stages\[0\] key 'oops'"),
 ])
 def test_rules_are_stated(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -13,6 +13,7 @@ from tests.backend_fixtures import model_dir, one_torch_thread  # noqa: F401 (fi
 from tests.ds_worker import LINEAR, PAD_ID, VOCAB, make_batch
 from trainer import magic
 from trainer import reference_step as ref
+from trainer.backends import BackendConfig
 from trainer.backends.common import adamw_kwargs, load_causal_lm
 from trainer.backends.torch_backend import TorchBackend
 from trainer.interfaces import LossSettings, UpdatePlan
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.mark.parametrize("entropy_coef", [0.0, 0.01])
 def test_update_moves_the_weights_as_the_torch_backend_does(model_dir, entropy_coef) -> None:
     batch, _, adv = make_batch()
-    backend = TorchBackend(LINEAR, model_dir)
+    backend = TorchBackend(BackendConfig(), model_dir, LINEAR)
     loss = LossSettings(clip_low=0.2, clip_high=0.28, entropy_coef=entropy_coef)
     m_backend = backend.update(batch, None, adv, UpdatePlan([torch.arange(len(batch))], 3), loss)
     want = {n: t.detach().clone() for n, t in backend.named_weights()}

@@ -21,7 +21,7 @@ from typing import Any, Literal, Mapping, Sequence
 import yaml
 
 from trainer.backends import BackendConfig
-from trainer.config_schema import check_keys, field_docs
+from trainer.config_schema import build, check_keys, field_docs
 from trainer.data import DEFAULT_SUFFIX, LCB_STYLES
 from trainer.engines import EngineConfig
 from trainer.magic_config import MagicConfig
@@ -240,15 +240,23 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RunConfig":
-        """The typed tree from plain data (parsed YAML): unknown keys are refused naming the
-        closest valid key, Literal fields are checked, tuples rebuilt from lists, and every
-        cross-field rule runs (``__post_init__``) before anything is loaded."""
+        """The typed tree from plain data (parsed YAML) by the one parsing routine
+        (config_schema.build): unknown keys are refused naming the closest valid key, every
+        value is checked against its field's type, and every cross-field rule runs
+        (``__post_init__``) before anything is loaded. A ``backend:`` key whose home is
+        elsewhere (BACKEND_FIELDS_SET_BY_RUN) is refused naming that home."""
+        backend = data.get("backend") if isinstance(data, Mapping) else None
+        for key in backend if isinstance(backend, Mapping) else ():
+            if key in BACKEND_FIELDS_SET_BY_RUN:
+                raise ValueError(_set_by_run(f"backend.{key}", key))
         return build(cls, data, "")
 
 
-#: ``backend.*`` fields whose one home is elsewhere in the run config (the report's optimizer
-#: row lives in ``magic``): a run sets them on the backend from there (trainer/loop.py), so
-#: written in a ``backend:`` section they are refused, naming their home.
+#: ``backend.*`` keys whose one home is elsewhere in the run config, and that home. The
+#: optimizer (the report's row lives in ``magic``) is no backend field at all: a run builds
+#: ``OptimizerConfig.from_magic`` (trainer/loop.py); ``seed`` and ``keep_reference`` are
+#: backend fields that a run sets from ``seed`` and ``magic.kl_coef``. Written in a
+#: ``backend:`` section, each is refused naming its home rather than as an unknown key.
 BACKEND_FIELDS_SET_BY_RUN = {"lr": "magic.lr", "betas": "magic.betas",
                              "weight_decay": "magic.weight_decay",
                              "grad_clip": "magic.grad_clip",
@@ -280,17 +288,6 @@ def _fields(cls: type) -> list[str]:
     return fields
 
 
-def _check_literals(cls: type, values: dict[str, Any], prefix: str) -> None:
-    hints = typing.get_type_hints(cls)
-    for name, value in list(values.items()):
-        hint = hints.get(name)
-        if typing.get_origin(hint) is not Literal:
-            continue
-        if value not in typing.get_args(hint):
-            raise ValueError(f"{prefix}{name} must be one of {list(typing.get_args(hint))}, "
-                             f"got {value!r}")
-
-
 def _dataclass_of(hint: Any) -> type | None:
     """The dataclass a field holds (``X`` or ``X | None``), else None."""
     if dataclasses.is_dataclass(hint):
@@ -300,34 +297,6 @@ def _dataclass_of(hint: Any) -> type | None:
         if len(inner) == 1 and dataclasses.is_dataclass(inner[0]):
             return inner[0]
     return None
-
-
-def build(cls: type, data: Any, prefix: str) -> Any:
-    """A config dataclass from plain data, recursively: unknown keys are errors naming the
-    closest valid one, Literal fields are checked, tuples are rebuilt from YAML lists."""
-    kind = prefix.rstrip(".") or "run config"
-    if cls is MagicConfig:
-        return MagicConfig.from_dict(data if data is not None else {})
-    if cls is BackendConfig and isinstance(data, Mapping):
-        for key in data:
-            if key in BACKEND_FIELDS_SET_BY_RUN:
-                raise ValueError(_set_by_run(f"{prefix}{key}", key))
-    check_keys(kind, data, _fields(cls))
-    hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for key, value in data.items():
-        hint = hints[key]
-        sub = _dataclass_of(hint)
-        if sub is not None and isinstance(value, Mapping):
-            value = build(sub, value, f"{prefix}{key}.")
-        elif typing.get_origin(hint) is tuple and isinstance(value, list):
-            value = tuple(value)
-        kwargs[key] = value
-    _check_literals(cls, kwargs, prefix)
-    try:
-        return cls(**kwargs)
-    except TypeError as e:  # a missing required field
-        raise ValueError(f"{kind}: {e}") from None
 
 
 # -- YAML and key=value ---------------------------------------------------------------------

@@ -30,7 +30,7 @@ import yaml
 
 from trainer import dist, magic
 from trainer import metric_names as mn
-from trainer.backends import create_backend
+from trainer.backends import OptimizerConfig, create_backend
 from trainer.backends.reference_memory import check_reference_memory
 from trainer.config import RunConfig
 from trainer.data import Problem, PromptSampler, load_problems
@@ -180,15 +180,14 @@ class Trainer:
         return out
 
     def _backend_config(self) -> Any:
-        """The backend config with the MAGIC optimizer settings, and a KL reference policy
-        when ``magic.kl_coef > 0`` or ``magic.log_kl``."""
-        m = self.cfg.magic
-        return dataclasses.replace(self.cfg.backend, lr=m.lr, betas=tuple(m.betas),
-                                   weight_decay=m.weight_decay, grad_clip=m.grad_clip,
-                                   seed=self.cfg.seed, keep_reference=m.keeps_reference)
+        """The backend config with the run's seed, and a KL reference policy when
+        ``magic.kl_coef > 0`` or ``magic.log_kl``."""
+        return dataclasses.replace(self.cfg.backend, seed=self.cfg.seed,
+                                   keep_reference=self.cfg.magic.keeps_reference)
 
     def _load_models(self, model_path: Path, reference_path: Path) -> None:
         self.backend = create_backend(self._backend_config(), model_path,
+                                      optimizer=OptimizerConfig.from_magic(self.cfg.magic),
                                       reference_path=reference_path)
         if (self.backend.rank, self.backend.world_size) != (self.rank, self.world):
             raise RuntimeError(f"backend reports rank {self.backend.rank} of "

@@ -9,14 +9,11 @@ Re-exported by :mod:`trainer.magic`.
 from __future__ import annotations
 
 import dataclasses
-import math
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .config_schema import check_keys, field_docs
+from .config_schema import build, coerce_fields, field_docs
 from . import metric_names as mn
 from .magic_controller import AdaptiveEntropyController, EntropyMode
 from .off_policy import OffPolicyConfig
@@ -149,10 +146,7 @@ class MagicConfig:
     eval/accuracy plateaus. Skywork-OR1 §3 'Multi-Stage Training'."""
 
     def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            object.__setattr__(self, f.name, _coerce(f.name, hints[f.name], value))
+        coerce_fields(self, "magic")  # built from Python too: the same checks as from_dict's
         self._check()
 
     # -- cross-field rules --
@@ -232,8 +226,7 @@ class MagicConfig:
         Raises:
             ValueError: naming unknown keys, a value of the wrong type, or a broken rule.
         """
-        check_keys("magic", data, [f.name for f in dataclasses.fields(cls)])
-        return cls(**dict(data))
+        return build(cls, data, "magic")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON/YAML-safe plain data; ``MagicConfig.from_dict(c.to_dict()) == c``."""
@@ -252,57 +245,3 @@ class MagicConfig:
         """Field name -> help text (unit, default and why, report section): the attribute
         docstrings."""
         return field_docs(cls)
-
-
-def _type_name(hint: Any) -> str:
-    return getattr(hint, "__name__", None) or str(hint)
-
-
-def _coerce(name: str, hint: Any, value: Any) -> Any:
-    """Check ``value`` against the field's annotation; convert the few lossless cases."""
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _coerce(name, inner[0], value)
-    if origin is Literal:
-        if value not in args:
-            raise ValueError(f"{name} must be one of {list(args)}, got {value!r}")
-        return value
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ValueError(f"{name} must be a bool, got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{name} must be an int, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                raise ValueError(f"{name} must be a number, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value):
-            raise ValueError(f"{name} must be a finite number, got {value!r}")
-        return float(value)
-    if origin is tuple and name == "stages":
-        if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
-            raise ValueError(f"stages must be a list of stages, got {value!r}")
-        return tuple(s if isinstance(s, Stage) else _stage_from(s) for s in value)
-    if origin is tuple:
-        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) \
-                or len(value) != len(args):
-            raise ValueError(f"{name} must be a sequence of {len(args)} numbers, got {value!r}")
-        pairs = enumerate(zip(args, value, strict=True))
-        return tuple(_coerce(f"{name}[{i}]", a, v) for i, (a, v) in pairs)
-    raise TypeError(f"no coercion for field {name} of type {_type_name(hint)}")
-
-
-def _stage_from(value: Any) -> Stage:
-    if not isinstance(value, Mapping):
-        raise ValueError(f"each stage must be a Stage or a dict, got {value!r}")
-    return Stage.from_dict(value)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from trainer.config_schema import check_keys, construct, is_int
+from trainer.config_schema import build, is_int
 
 if TYPE_CHECKING:
     import torch  # lazy: MagicConfig (the config layer) imports this module without torch
@@ -106,9 +106,7 @@ class OffPolicyConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OffPolicyConfig:
-        check_keys("off-policy", data,
-                      ("n_sgd", "rollout_batch_size", "mini_batch_size", "n_reuse"))
-        return construct(cls, "off-policy config", data)
+        return build(cls, data, "off-policy")
 
     def to_dict(self) -> dict[str, int]:
         return {"n_sgd": self.n_sgd, "rollout_batch_size": self.rollout_batch_size,

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from trainer.config_schema import check_keys, construct, is_int
+from trainer.config_schema import build, is_int
 
 PlateauMode = Literal["max", "min"]
 
@@ -62,8 +62,7 @@ class Plateau:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Plateau:
         """Build from a plain dict; unknown keys raise ValueError naming them."""
-        check_keys("plateau", data, ("metric", "patience", "min_delta", "mode"))
-        return construct(cls, "plateau", data)
+        return build(cls, data, "plateau")
 
     def to_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "patience": self.patience,
@@ -112,8 +111,7 @@ class Stage:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Stage:
         """Build from a plain dict (``plateau`` may be a nested dict); unknown keys raise."""
-        check_keys("stage", data, ("name", "max_response_length", "steps", "plateau"))
-        return construct(cls, "stage", data)
+        return build(cls, data, "stage")
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "max_response_length": self.max_response_length,

@@ -26,8 +26,8 @@ from trainer.magic_config import MagicConfig
 if TYPE_CHECKING:  # pragma: no cover
     from ..interfaces import TrainingBackend
 
-__all__ = ["BackendConfig", "BackendKind", "DType", "ZeroStage", "check_model_path",
-           "create_backend"]
+__all__ = ["BackendConfig", "BackendKind", "DType", "OptimizerConfig", "ZeroStage",
+           "check_model_path", "create_backend"]
 
 BackendKind = Literal["torch", "deepspeed"]
 ZeroStage = Literal[0, 1, 2, 3]
@@ -38,23 +38,20 @@ _STAGES = (0, 1, 2, 3)
 _DTYPES = ("float32", "bfloat16")
 
 
-@dataclass(frozen=True)
-class BackendConfig:
-    """How the policy is trained (docs/magic.md "optimizer" row; docs/machines.md machine facts).
-    Frozen: vary a field with ``dataclasses.replace`` (re-validated). Each field's
-    ``metadata["help"]`` gives unit, default and why."""
+def _need(ok: bool, rule: str) -> None:
+    if not ok:
+        raise ValueError(rule)
 
-    kind: BackendKind = "torch"
-    """Which backend: 'torch' (one process, plain torch AdamW) or 'deepspeed' (ZeRO, data parallel
-    under the deepspeed/torchrun launcher). Default 'torch': the CPU demo and most tests need
-    no process group."""
-    zero_stage: ZeroStage = 0
-    """DeepSpeed ZeRO stage 0-3 (0: plain data parallel, 1: optimizer states sharded, 2: +
-    gradients, 3: + parameters). Default 0. Only meaningful with kind='deepspeed'."""
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """The optimizer a backend builds (docs/magic.md "optimizer" row): AdamW with a constant
+    learning rate. Not a section of the run config: a run builds it from ``magic``, the one
+    home of the report's optimizer settings (:meth:`from_magic`); tests build their own.
+    Frozen; each field says unit, default and why."""
+
     lr: float = MagicConfig.lr
-    """AdamW learning rate, constant (no schedule, no warm-up), > 0. Default: magic.lr's (the
-    one home of the optimizer's settings: a run copies magic's values here, and refuses them
-    in a ``backend:`` section)."""
+    """AdamW learning rate, constant (no schedule, no warm-up), > 0. Default: magic.lr's."""
     betas: tuple[float, float] = MagicConfig.betas
     """AdamW (beta1, beta2), each in [0, 1). Default: magic.betas's."""
     eps: float = 1e-8
@@ -68,6 +65,42 @@ class BackendConfig:
     """Max global L2 norm of the gradient before each optimizer step, >= 0; 0 disables clipping
     (DeepSpeed's convention). Default: magic.grad_clip's. The reported grad_norm is the norm
     BEFORE clipping."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
+        need = _need
+        need(math.isfinite(self.lr) and self.lr > 0, f"lr must be finite and > 0, got {self.lr}")
+        need(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
+             f"betas must be two numbers in [0, 1), got {self.betas}")
+        need(math.isfinite(self.eps) and self.eps > 0, f"eps must be finite and > 0, "
+             f"got {self.eps}")
+        need(math.isfinite(self.weight_decay) and self.weight_decay >= 0,
+             f"weight_decay must be finite and >= 0, got {self.weight_decay}")
+        need(self.lr * self.weight_decay < 1, "lr * weight_decay must be < 1, or one step "
+             f"would flip the weights' sign, got {self.lr} * {self.weight_decay}")
+        need(math.isfinite(self.grad_clip) and self.grad_clip >= 0,
+             f"grad_clip must be finite and >= 0 (0 disables clipping), got {self.grad_clip}")
+
+    @classmethod
+    def from_magic(cls, magic: MagicConfig) -> "OptimizerConfig":
+        """The report's optimizer settings as ``magic`` holds them (eps stays torch's)."""
+        return cls(lr=magic.lr, betas=tuple(magic.betas), weight_decay=magic.weight_decay,
+                   grad_clip=magic.grad_clip)
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """How the policy is held and computed (docs/machines.md machine facts); the optimizer is
+    :class:`OptimizerConfig`, built from ``magic``. Frozen: vary a field with ``dataclasses.replace`` (re-validated). Each field's
+    ``metadata["help"]`` gives unit, default and why."""
+
+    kind: BackendKind = "torch"
+    """Which backend: 'torch' (one process, plain torch AdamW) or 'deepspeed' (ZeRO, data parallel
+    under the deepspeed/torchrun launcher). Default 'torch': the CPU demo and most tests need
+    no process group."""
+    zero_stage: ZeroStage = 0
+    """DeepSpeed ZeRO stage 0-3 (0: plain data parallel, 1: optimizer states sharded, 2: +
+    gradients, 3: + parameters). Default 0. Only meaningful with kind='deepspeed'."""
     dtype: DType = "float32"
     """Compute dtype. 'float32' (default: exact, the CPU choice) or 'bfloat16' (GPU production).
     Master weights and optimizer states stay float32 either way: lr 1e-6 updates vanish in
@@ -99,14 +132,7 @@ class BackendConfig:
     have so runs are reproducible."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
-        self._check()
-
-    def _check(self) -> None:
-        def need(ok: bool, rule: str) -> None:
-            if not ok:
-                raise ValueError(rule)
-
+        need = _need
         need(self.kind in _KINDS, f"kind must be one of {_KINDS}, got {self.kind!r}")
         need(self.zero_stage in _STAGES,
              f"zero_stage must be one of {_STAGES}, got {self.zero_stage!r}")
@@ -114,17 +140,6 @@ class BackendConfig:
              "zero_stage > 0 needs kind='deepspeed': the torch backend has no ZeRO sharding, "
              f"got kind={self.kind!r} with zero_stage={self.zero_stage}")
         need(self.dtype in _DTYPES, f"dtype must be one of {_DTYPES}, got {self.dtype!r}")
-        need(math.isfinite(self.lr) and self.lr > 0, f"lr must be finite and > 0, got {self.lr}")
-        need(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
-             f"betas must be two numbers in [0, 1), got {self.betas}")
-        need(math.isfinite(self.eps) and self.eps > 0, f"eps must be finite and > 0, "
-             f"got {self.eps}")
-        need(math.isfinite(self.weight_decay) and self.weight_decay >= 0,
-             f"weight_decay must be finite and >= 0, got {self.weight_decay}")
-        need(self.lr * self.weight_decay < 1, "lr * weight_decay must be < 1, or one step "
-             f"would flip the weights' sign, got {self.lr} * {self.weight_decay}")
-        need(math.isfinite(self.grad_clip) and self.grad_clip >= 0,
-             f"grad_clip must be finite and >= 0 (0 disables clipping), got {self.grad_clip}")
         need(isinstance(self.entropy_chunk_size, int) and self.entropy_chunk_size >= 1,
              f"entropy_chunk_size must be an int >= 1, got {self.entropy_chunk_size!r}")
         need(self.reference_memory_gib is None or (math.isfinite(self.reference_memory_gib)
@@ -135,8 +150,10 @@ class BackendConfig:
 
 
 def create_backend(config: BackendConfig, model_path: str | Path,
+                   optimizer: OptimizerConfig | None = None,
                    reference_path: str | Path | None = None) -> TrainingBackend:
-    """Build the backend ``config.kind`` names on the checkpoint at ``model_path``.
+    """Build the backend ``config.kind`` names on the checkpoint at ``model_path``, with the
+    optimizer ``optimizer`` describes (default :class:`OptimizerConfig`'s defaults).
 
     The path is checked first (:func:`check_model_path`), before torch, transformers or
     DeepSpeed are imported. ``kind='deepspeed'`` initialises torch.distributed if needed
@@ -150,8 +167,8 @@ def create_backend(config: BackendConfig, model_path: str | Path,
         # lazy: keeps this config module free of torch (and of deepspeed unless asked for)
         from .torch_backend import TorchBackend
 
-        return TorchBackend(config, path, reference_path=ref)
+        return TorchBackend(config, path, optimizer, reference_path=ref)
     # lazy: keeps this config module free of torch (and of deepspeed unless asked for)
     from .deepspeed_backend import DeepSpeedBackend
 
-    return DeepSpeedBackend(config, path, reference_path=ref)
+    return DeepSpeedBackend(config, path, optimizer, reference_path=ref)

@@ -30,7 +30,7 @@ from .. import magic
 from .. import metric_names as mn
 from ..hf_utils import CheckpointError
 from ..interfaces import LossSettings, TokenBatch, UpdatePlan
-from . import BackendConfig
+from . import BackendConfig, OptimizerConfig
 
 EntropyGrad = Literal["none", "detached", "grad"]
 """How a forward pass computes the entropy: not at all, detached (a metric), or with its
@@ -592,7 +592,7 @@ class PolicyBackendBase:
                                  f"[0, {B}), got {rows!r}")
 
 
-def adamw_kwargs(config: BackendConfig) -> dict[str, Any]:
+def adamw_kwargs(optimizer: OptimizerConfig) -> dict[str, Any]:
     """docs/magic.md optimizer row: AdamW, constant lr, betas, eps, decoupled weight decay."""
-    return {"lr": config.lr, "betas": tuple(config.betas), "eps": config.eps,
-            "weight_decay": config.weight_decay}
+    return {"lr": optimizer.lr, "betas": tuple(optimizer.betas), "eps": optimizer.eps,
+            "weight_decay": optimizer.weight_decay}

@@ -43,7 +43,7 @@ from deepspeed.comm import comm as ds_comm
 
 from ..dist import unlink_shared_memory
 from ..hf_utils import CheckpointError
-from . import BackendConfig, check_model_path
+from . import BackendConfig, OptimizerConfig, check_model_path
 from .common import (
     PolicyBackendBase,
     SplitForward,
@@ -149,8 +149,10 @@ def _release_owned_world() -> None:
     _owned_world["env"] = None
 
 
-def deepspeed_config(config: BackendConfig, world_size: int) -> dict[str, Any]:
-    """The DeepSpeed config dict for ``config`` (see the module docstring for GAS = 1).
+def deepspeed_config(config: BackendConfig, optimizer: OptimizerConfig,
+                     world_size: int) -> dict[str, Any]:
+    """The DeepSpeed config dict for ``config`` and ``optimizer`` (see the module docstring for
+    GAS = 1).
 
     ``train_micro_batch_size_per_gpu`` is nominal (1): batches never go through DeepSpeed's
     data loader; it only feeds DeepSpeed's sample counters.
@@ -159,9 +161,9 @@ def deepspeed_config(config: BackendConfig, world_size: int) -> dict[str, Any]:
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,
         "train_batch_size": world_size,
-        "gradient_clipping": config.grad_clip,
+        "gradient_clipping": optimizer.grad_clip,
         "optimizer": {"type": "AdamW",
-                      "params": {**adamw_kwargs(config), "betas": list(config.betas),
+                      "params": {**adamw_kwargs(optimizer), "betas": list(optimizer.betas),
                                  "torch_adam": True}},
         "zero_optimization": {"stage": config.zero_stage},
         "zero_allow_untested_optimizer": True,
@@ -181,6 +183,7 @@ class DeepSpeedBackend(PolicyBackendBase):
     order, each with its own share of the rollout batch."""
 
     def __init__(self, config: BackendConfig, model_path: str | Path,
+                 optimizer: OptimizerConfig | None = None,
                  reference_path: str | Path | None = None):
         path = check_model_path(model_path)
         ref_path = check_model_path(reference_path) if reference_path is not None else path
@@ -198,7 +201,9 @@ class DeepSpeedBackend(PolicyBackendBase):
             if config.keep_reference:  # before anything loads
                 check_reference_memory(ref_path, config, self.world_size)
             torch.manual_seed(config.seed)
-            ds_config = deepspeed_config(config, self.world_size)
+            ds_config = deepspeed_config(
+                config, optimizer if optimizer is not None else OptimizerConfig(),
+                self.world_size)
             model = self._load_model(path, ds_config)
             if config.gradient_checkpointing:
                 enable_gradient_checkpointing(model)

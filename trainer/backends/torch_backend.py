@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ..hf_utils import CheckpointError
-from . import BackendConfig, check_model_path
+from . import BackendConfig, OptimizerConfig, check_model_path
 from .common import (
     PolicyBackendBase,
     SplitForward,
@@ -46,6 +46,7 @@ class TorchBackend(PolicyBackendBase):
     world_size = 1
 
     def __init__(self, config: BackendConfig, model_path: str | Path,
+                 optimizer: OptimizerConfig | None = None,
                  device: str | torch.device | None = None,
                  reference_path: str | Path | None = None):
         path = check_model_path(model_path)
@@ -60,6 +61,7 @@ class TorchBackend(PolicyBackendBase):
         if config.keep_reference:
             check_reference_memory(ref_path, config, world_size=1)  # before anything loads
         self.config = config
+        self.optimizer_config = optimizer if optimizer is not None else OptimizerConfig()
         self.device = torch.device(device if device is not None else
                                    ("cuda" if torch.cuda.is_available() else "cpu"))
         torch.manual_seed(config.seed)
@@ -72,7 +74,8 @@ class TorchBackend(PolicyBackendBase):
         if config.gradient_checkpointing:
             enable_gradient_checkpointing(self.model)
         self.model.eval()
-        self.optimizer = torch.optim.AdamW(self._trainable(), **adamw_kwargs(config))
+        self.optimizer = torch.optim.AdamW(self._trainable(),
+                                           **adamw_kwargs(self.optimizer_config))
         # The decoder and the output layer apart: the output layer then runs only on the
         # response positions (trainer.backends.common.token_stats).
         self._split = (split_causal_lm(self.model, self._autocast)
@@ -123,8 +126,8 @@ class TorchBackend(PolicyBackendBase):
         params = [p for p in self._trainable() if p.grad is not None]
         if not params:
             norm = torch.zeros(())
-        elif self.config.grad_clip > 0:
-            norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)
+        elif self.optimizer_config.grad_clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_(params, self.optimizer_config.grad_clip)
         else:
             norm = torch.nn.utils.get_total_norm([p.grad for p in params])
         self.optimizer.step()
