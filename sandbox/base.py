@@ -30,6 +30,7 @@ __all__ = [
     "SandboxUnavailable",
     "StdoutHook",
     "check_file_name",
+    "policy_environment",
     "policy_rlimits",
 ]
 
@@ -94,6 +95,17 @@ def policy_rlimits(path: str | os.PathLike = POLICY_FILE) -> dict[str, int]:
         if not is_type:
             found[name] = int(value) * _POLICY_RLIMIT_UNITS[name]
     return found
+
+
+_ENVAR_LINE = re.compile(r'^[ \t]*envar[ \t]*:[ \t]*"([A-Za-z_][A-Za-z0-9_]*)=([^"]*)"[ \t]*(?:#.*)?$',
+                         re.MULTILINE)
+
+
+def policy_environment(path: str | os.PathLike = POLICY_FILE) -> dict[str, str]:
+    """The environment the policy file gives a sandboxed program (its ``envar: "K=V"`` lines;
+    nsjail passes nothing of the host's, ``keep_env: false``): the docker and unsafe-none
+    backends start their programs with the same one."""
+    return dict(_ENVAR_LINE.findall(Path(path).read_text()))
 
 
 class SandboxUnavailable(Exception):

@@ -40,6 +40,7 @@ from .base import (
     StdoutHook,
     ceil_s,
     check_file_name,
+    policy_environment,
     policy_rlimits,
 )
 from .process import OutputSink
@@ -385,12 +386,7 @@ class DockerSandbox:
             command=[str(tar_bytes), *argv],
             user="65534:65534",
             working_dir="/tmp",
-            environment={
-                "PATH": "/usr/local/bin:/usr/bin:/bin",
-                "HOME": "/tmp",
-                "LANG": "C.UTF-8",
-                "PYTHONIOENCODING": "utf-8",
-            },
+            environment=policy_environment(),  # the policy file's, as nsjail's jails get
             network_disabled=True,
             stdin_open=True,
             tty=False,

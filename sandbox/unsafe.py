@@ -23,6 +23,8 @@ from .base import (
     StdoutHook,
     ceil_s,
     check_file_name,
+    policy_environment,
+    policy_rlimits,
 )
 from .process import RunningProcesses, output_stop, run_process
 
@@ -83,11 +85,16 @@ class UnsafeSandbox:
             mem = lim.memory_mb * 1024 * 1024
             fsize = lim.file_size_mb * 1024 * 1024
 
+            # The policy file's fixed rlimits (core, nofile, ...), read here, before the fork.
+            fixed = [(getattr(resource, f"RLIMIT_{name.upper()}"), v)
+                     for name, v in policy_rlimits().items()]
+
             def limit() -> None:  # runs in the child between fork and exec
                 resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
                 resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
                 resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-                resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+                for which, value in fixed:
+                    resource.setrlimit(which, (value, value))
 
             out = run_process(
                 list(argv),
@@ -95,13 +102,9 @@ class UnsafeSandbox:
                 wall_s=lim.wall_s,
                 output_bytes=lim.output_bytes,
                 on_stdout=on_stdout,
-                env={
-                    "PATH": "/usr/bin:/bin",
-                    "HOME": work,
-                    "TMPDIR": work,
-                    "LANG": "C.UTF-8",
-                    "PYTHONIOENCODING": "utf-8",
-                },
+                # The policy's environment, but HOME and TMPDIR: here the scratch is a host
+                # directory, not the jail's /tmp.
+                env={**policy_environment(), "HOME": work, "TMPDIR": work},
                 cwd=work,
                 preexec_fn=limit,
                 running=self._running,

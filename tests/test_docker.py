@@ -39,7 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 pytest.importorskip("docker", reason="the docker Python SDK is not installed (make setup)")
 
 from sandbox import SandboxLimits, SandboxUnavailable, create_sandbox
-from sandbox.base import policy_rlimits
+from sandbox.base import policy_environment, policy_rlimits
 from scripts import docker_engine as de
 from tests.conftest import ServerProcess, math_item
 from tests.conftest_docker import (  # noqa: F401 - docker_env is a fixture
@@ -349,6 +349,15 @@ def test_docker_backend_fixed_rlimits_are_the_policy_files(sb) -> None:
     r = py(sb, probe)
     assert r.status == "ok" and r.exit_code == 0, r
     assert ast.literal_eval(r.stdout.decode()) == {n: (v, v) for n, v in fixed.items()}
+
+
+def test_docker_backend_environment_is_the_policy_files(sb) -> None:
+    """The program's environment is the policy file's envar lines, as in nsjail's jails (the
+    image's own ENV aside: PATH and the rest are set, nothing of the host's passes)."""
+    r = py(sb, "import os; print(repr(dict(os.environ)))")
+    assert r.status == "ok" and r.exit_code == 0, r
+    env = ast.literal_eval(r.stdout.decode())
+    assert {k: env.get(k) for k in policy_environment()} == policy_environment()
 
 
 def test_docker_backend_memory_limit(sb) -> None:

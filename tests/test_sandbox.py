@@ -4,6 +4,7 @@ rule, the development backend, and an explained error where no Docker engine ans
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import shutil
@@ -17,7 +18,7 @@ import pytest
 
 from sandbox import RunResult, Sandbox, SandboxLimits, SandboxUnavailable, create_sandbox, uidpool
 from sandbox import scratch
-from sandbox.base import CLOSED, PER_RUN_RLIMITS, policy_rlimits
+from sandbox.base import CLOSED, PER_RUN_RLIMITS, policy_environment, policy_rlimits
 from sandbox.docker_backend import ulimits as docker_ulimits
 from sandbox.nsjail import FILES_DIR_PREFIX, POLICY_FILE, SANDBOX_UID, NsjailSandbox
 from tests.conftest_sandbox import (  # noqa: F401 (fixtures)
@@ -195,6 +196,35 @@ def test_clean_environment(nsjail_sandbox, monkeypatch):
     monkeypatch.setenv("SECRET_TOKEN", "hunter2")
     r = py(nsjail_sandbox, "import os; print(os.environ.get('SECRET_TOKEN'))")
     assert r.stdout == b"None\n"
+
+
+ENV_PROBE = "import json, os; print(json.dumps(dict(os.environ)))"
+
+
+def test_the_environment_is_the_policy_files(nsjail_sandbox):
+    """One source: the policy file's envar lines are the jail's whole environment (and the
+    docker and unsafe-none backends read the same lines: test_docker.py, below)."""
+    r = py(nsjail_sandbox, ENV_PROBE)
+    assert json.loads(r.stdout) == policy_environment()
+
+
+def test_unsafe_backend_takes_the_policy_environment_and_fixed_rlimits(monkeypatch):
+    """unsafe-none isolates nothing, but its program gets the policy's environment (its own
+    scratch as HOME and TMPDIR) and the policy file's fixed rlimits, as a jail's does."""
+    monkeypatch.setenv("SECRET_TOKEN", "hunter2")
+    sb = create_sandbox("unsafe-none", self_test=False)
+    try:
+        env = json.loads(py(sb, ENV_PROBE).stdout)
+        probe = ("import json, resource as r; print(json.dumps({n: r.getrlimit(getattr("
+                 f"r, 'RLIMIT_' + n.upper())) for n in {sorted(policy_rlimits())!r}}}))")
+        limits = json.loads(py(sb, probe).stdout)
+    finally:
+        sb.close()
+    assert env.pop("HOME") == env.pop("TMPDIR")
+    want = policy_environment()
+    del want["HOME"], want["TMPDIR"]
+    assert env == want
+    assert limits == {n: [v, v] for n, v in policy_rlimits().items()}
 
 
 def test_host_files_invisible(nsjail_sandbox):
