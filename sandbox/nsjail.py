@@ -18,7 +18,9 @@ the command line after ``--config`` (an argument list, never a shell string):
 Resource control: cgroup v2 when the host's cgroup2 hierarchy lets us create a delegated
 child; else cgroup v1 memory+pids controllers (the case on the project's machines); else
 rlimits only. ``describe()`` and the self-test say which one is in force; with rlimits only, the
-total memory of a sandbox is bounded by max_procs x memory_mb instead of memory_mb.
+total memory of a sandbox is bounded by max_procs x memory_mb instead of memory_mb. What the
+host offers, and the nsjail arguments for it, is sandbox/cgroups.py; whether a jail starts and
+is bounded under them is checked here (``_check_cgroup``).
 
 Each run is a fresh jail: a new user, PID, mount, network, IPC, UTS and cgroup namespace. The
 first process is PID 1 of its namespace, so when it exits the kernel kills everything else in
@@ -40,7 +42,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import scratch, uidpool, warm
+from . import cgroups, scratch, uidpool, warm
 from .base import (
     CLOSED,
     JAIL_CPU_MS_PER_SEC,
@@ -77,7 +79,6 @@ the pool is too small for the concurrency."""
 # Directories the policy bind-mounts read-only; an interpreter under one of them needs no
 # extra mount.
 _POLICY_RO_DIRS = ("/usr", "/lib", "/lib64", "/bin")
-_CGROUP_DIR_NAME = "magic-rlvr-sandbox"
 FILES_DIR_PREFIX = "magic-sandbox-files-"
 """The host directory of a sandbox's input files (the harness): ``<tmp>/<prefix><pid>-<random>``,
 owned and locked by its process (sandbox/scratch.py); swept when that process is dead."""
@@ -584,11 +585,13 @@ class NsjailSandbox:
     # -- cgroups ---------------------------------------------------------------------------
 
     def _probe_cgroups(self) -> None:
+        """Pick the cgroup mode by preference: the first whose arguments (sandbox/cgroups.py)
+        a jail starts and is bounded under; else rlimits only, refused when v1 or v2 was asked."""
         notes = []
         order = {"auto": ("v2", "v1"), "v2": ("v2",), "v1": ("v1",), "off": ()}[self._cgroup_pref]
         for mode in order:
             try:
-                args = self._prepare_v2() if mode == "v2" else self._prepare_v1()
+                args = cgroups.v2_args() if mode == "v2" else cgroups.v1_args()
             except OSError as e:
                 notes.append(f"{mode}: {e}")
                 continue
@@ -620,7 +623,7 @@ class NsjailSandbox:
         limits and the cap is reported missing (``cpu_cap``), never a reason to fail."""
         self.cpu_cap = False
         try:
-            extra = self._cpu_v1_args() if mode == "v1" else None
+            extra = cgroups.cpu_v1_args() if mode == "v1" else None
         except OSError as e:
             self._cgroup_note = f"no CPU cap: {e}"
             return
@@ -633,18 +636,6 @@ class NsjailSandbox:
             self._cgroup_args, self.cpu_cap = base + extra, True
         else:
             self._cgroup_note = f"no CPU cap: {why}"
-
-    def _cpu_v1_args(self) -> list[str] | None:
-        mount = "/sys/fs/cgroup/cpu"
-        if not os.path.isfile(os.path.join(mount, "cpu.cfs_quota_us")):
-            return None
-        rel = _own_cgroup("cpu")
-        if rel is None:
-            return None
-        parent = _mk_cgroup(mount, rel)
-        _sweep_stale(os.path.join(mount, parent))
-        return ["--cgroup_cpu_mount", mount, "--cgroup_cpu_parent", parent,
-                "--cgroup_cpu_ms_per_sec", str(JAIL_CPU_MS_PER_SEC)]
 
     def _check_cgroup(self, args: list[str]) -> tuple[bool, str]:
         """Run a jail with the cgroup arguments and a tiny memory cap: it must start, and a
@@ -686,112 +677,6 @@ class NsjailSandbox:
         if b"alive" in out.stdout:
             return False, "memory limit does not bite"
         return True, ""
-
-    def _prepare_v1(self) -> list[str] | None:
-        mem_mount, pids_mount = "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids"
-        if not (os.path.isfile(f"{mem_mount}/memory.limit_in_bytes") or os.path.isdir(mem_mount)):
-            return None
-        if not os.path.isdir(pids_mount):
-            return None
-        mem_rel = _own_cgroup("memory")
-        pids_rel = _own_cgroup("pids")
-        if mem_rel is None or pids_rel is None:
-            return None
-        mem_parent = _mk_cgroup(mem_mount, mem_rel)
-        pids_parent = _mk_cgroup(pids_mount, pids_rel)
-        _sweep_stale(os.path.join(mem_mount, mem_parent))
-        _sweep_stale(os.path.join(pids_mount, pids_parent))
-        args = [
-            "--cgroup_mem_mount",
-            mem_mount,
-            "--cgroup_mem_parent",
-            mem_parent,
-            "--cgroup_mem_max",
-            "{MEM}",
-            "--cgroup_pids_mount",
-            pids_mount,
-            "--cgroup_pids_parent",
-            pids_parent,
-            "--cgroup_pids_max",
-            "{PIDS}",
-        ]
-        if os.path.exists(os.path.join(mem_mount, mem_parent, "memory.memsw.limit_in_bytes")):
-            # No escape into swap: memory+swap capped at the same value.
-            args += ["--cgroup_mem_memsw_max", "{MEM}"]
-        return args
-
-    def _prepare_v2(self) -> list[str] | None:
-        root = "/sys/fs/cgroup"
-        if not os.path.isfile(f"{root}/cgroup.controllers"):
-            return None
-        rel = _own_cgroup("")
-        if rel is None:
-            return None
-        own = os.path.join(root, rel.lstrip("/"))
-        controllers = open(os.path.join(own, "cgroup.controllers")).read().split()
-        if "memory" not in controllers or "pids" not in controllers:
-            return None
-        # nsjail creates NSJAIL.<pid> under --cgroupv2_mount; give it a delegated child of our
-        # own cgroup with the memory and pids controllers enabled. (Writing our own
-        # subtree_control fails with EBUSY when this process sits in that cgroup: then cgroup
-        # v2 is not usable without moving the server, and we say so.)
-        d = os.path.join(own, _CGROUP_DIR_NAME)
-        os.makedirs(d, exist_ok=True)
-        sub = open(os.path.join(own, "cgroup.subtree_control")).read().split()
-        if "memory" not in sub or "pids" not in sub:
-            with open(os.path.join(own, "cgroup.subtree_control"), "w") as f:
-                f.write("+memory +pids")
-        with open(os.path.join(d, "cgroup.subtree_control"), "w") as f:
-            f.write("+memory +pids")
-        _sweep_stale(d)
-        return [
-            "--use_cgroupv2",
-            "--cgroupv2_mount",
-            d,
-            "--cgroup_mem_max",
-            "{MEM}",
-            "--cgroup_mem_swap_max",
-            "0",
-            "--cgroup_pids_max",
-            "{PIDS}",
-        ]
-
-
-def _own_cgroup(controller: str) -> str | None:
-    """This process's cgroup path for ``controller`` ("" = the v2 unified hierarchy)."""
-    try:
-        for line in open("/proc/self/cgroup"):
-            hid, ctrls, path = line.rstrip("\n").split(":", 2)
-            names = ctrls.split(",") if ctrls else [""]
-            if controller in names and (controller or hid == "0"):
-                return path
-    except OSError:
-        return None
-    return None
-
-
-def _mk_cgroup(mount: str, own_rel: str) -> str:
-    """Create ``<our cgroup>/magic-rlvr-sandbox`` and return it relative to ``mount``: jails
-    are then charged inside our own cgroup instead of escaping to the root."""
-    rel = os.path.join(own_rel.strip("/"), _CGROUP_DIR_NAME).strip("/")
-    os.makedirs(os.path.join(mount, rel), exist_ok=True)
-    return rel
-
-
-def _sweep_stale(parent: str) -> None:
-    """Remove empty NSJAIL.<pid> cgroups left behind by nsjail processes that were killed."""
-    try:
-        names = os.listdir(parent)
-    except OSError:
-        return
-    for n in names:
-        if n.startswith("NSJAIL."):
-            pid = n.split(".", 1)[1]
-            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-                try:
-                    os.rmdir(os.path.join(parent, n))
-                except OSError:
-                    pass
 
 
 def _strip_loader_noise(err: bytes) -> bytes:

@@ -63,7 +63,7 @@ import marshal
 import secrets
 import time
 from concurrent.futures import CancelledError
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from sandbox import RunResult, Sandbox, SandboxLimits
 
@@ -505,10 +505,33 @@ def _score(
     profile: Profile,
     costs: dict[str, float],
 ) -> Outcome:
+    """One sample judged: its ground truth and program checked, the harness run in one jail,
+    the verdict made of its records."""
     spec = _spec(ground_truth, run_bounded, profile.int_max_str_digits)
     if isinstance(spec, Outcome):
         return spec
-    total = spec.total
+    program = _program(response, spec.total, profile)
+    if isinstance(program, Outcome):
+        return program
+    plan = _plan(spec, program, limits, sandbox, profile)
+    if isinstance(plan, Outcome):
+        return plan
+    sent = _harness_stdin(plan.cfg, spec.total)
+    if isinstance(sent, Outcome):
+        return sent
+    stdin, keys = sent
+    judge = _Judge(spec, plan.stop_on_fail, run_bounded, time.monotonic() + plan.timeout,
+                   profile.numpy)
+    stream = _Stream(keys, judge.on_record)
+    run = _run_harness(sandbox, stdin, plan, spec.total, stream)
+    if isinstance(run, Outcome):
+        return run
+    costs.update(judge.costs(run.cpu_s))
+    return _verdict(spec, judge, stream, run, plan.timeout)
+
+
+def _program(response: str, total: int, profile: Profile) -> str | Outcome:
+    """The program to judge in ``response``, or the Outcome saying why there is none."""
     if not isinstance(response, str):
         return Outcome(Status.INVALID_INPUT, "'response' must be a string", 0, total)
     program, why_not = extract_program(response, profile)
@@ -521,11 +544,28 @@ def _score(
     # No compile() here: the harness compiles the program in the jail, under its wall limit
     # (the "syntax" record). Here it would hold the GIL for as long as CPython takes, which a
     # program chooses (tens of thousands of keyword arguments in one call: quadratic).
+    return program
 
+
+class _Plan(NamedTuple):
+    """One sample's run: the harness payload and the limits the jail is given."""
+
+    cfg: dict[str, Any]
+    timeout: float  # the whole item's
+    memory_mb: int
+    out_bytes: int  # a test's output cap
+    stop_on_fail: bool
+
+
+def _plan(
+    spec: Spec, program: str, limits: Limits, sandbox: Sandbox, profile: Profile
+) -> _Plan | Outcome:
+    """The run of one sample by the profile's rules and the item's limits, or SANDBOX_ERROR
+    when the sandbox lacks what the profile needs."""
     unit_tt = profile.unit_timeout_s if spec.mode == "check" else None
     tt = float(limits.test_timeout_s or unit_tt or profile.test_timeout_s)
     memory_mb = int(limits.memory_mb or profile.memory_mb)
-    timeout = item_timeout(limits, total, tt, profile.sample_budget)
+    timeout = item_timeout(limits, spec.total, tt, profile.sample_budget)
     stop_on_fail = not limits.run_all_tests
     oom_is_memory = getattr(sandbox, "cgroup_mode", "off") != "off" or sandbox.name == "docker"
     packages = getattr(sandbox, "packages_path", None)
@@ -535,7 +575,7 @@ def _score(
             f"the {profile.name!r} profile needs numpy in the sandbox, and sandbox "
             f"{sandbox.name} has none (make setup installs it into .sandbox-packages)",
             0,
-            total,
+            spec.total,
         )
     # A profile with no output cap of its own (lcb, skywork) gets the server's maximum (the Scorer
     # puts it in, verifier.profiles.output_cap); called directly, the default maximum.
@@ -545,6 +585,12 @@ def _score(
                           output_bytes=out_bytes, stop_on_fail=stop_on_fail,
                           oom_is_memory=oom_is_memory, budget_s=max(0.5, timeout - 0.5),
                           packages=packages)
+    return _Plan(cfg, timeout, memory_mb, out_bytes, stop_on_fail)
+
+
+def _harness_stdin(cfg: dict[str, Any], total: int) -> tuple[bytes, list[bytes]] | Outcome:
+    """What the harness reads on its stdin (the payload, then the records' keys) and the keys,
+    or INVALID_INPUT when the ground truth cannot be sent."""
     try:
         # Judge -> harness is the trusted direction: marshal (cheap to load in the sandbox).
         payload = marshal.dumps(cfg, 4)
@@ -552,22 +598,29 @@ def _score(
         return Outcome(
             Status.INVALID_INPUT, f"ground truth cannot be sent to the sandbox: {e}", 0, total
         )
+    # A fresh key per record, all sent up front: the harness reads key n off its stdin only
+    # when it signs record n, when no process holding program code is left to see it.
     raw = secrets.token_bytes(framing.KEY_BYTES * (3 * total + 16))
     keys = [raw[i : i + framing.KEY_BYTES] for i in range(0, len(raw), framing.KEY_BYTES)]
-    stdin = len(payload).to_bytes(8, "big") + payload + b"".join(keys)
+    return len(payload).to_bytes(8, "big") + payload + b"".join(keys), keys
 
-    judge = _Judge(spec, stop_on_fail, run_bounded, time.monotonic() + timeout, profile.numpy)
-    stream = _Stream(keys, judge.on_record)
+
+def _run_harness(
+    sandbox: Sandbox, stdin: bytes, plan: _Plan, total: int, stream: _Stream
+) -> RunResult | Outcome:
+    """Run the harness in one jail, its records fed to ``stream`` as they arrive, or
+    SANDBOX_ERROR when the sandbox fails."""
     sb_limits = SandboxLimits(
-        wall_s=timeout,
-        cpu_s=timeout + 1,
-        memory_mb=memory_mb,
-        output_bytes=total * (out_bytes + framing.ERR_TAIL + 4096) + (1 << 20),
+        wall_s=plan.timeout,
+        cpu_s=plan.timeout + 1,
+        memory_mb=plan.memory_mb,
+        output_bytes=total * (plan.out_bytes + framing.ERR_TAIL + 4096) + (1 << 20),
     )
     try:
         files, entry = harness_files(sandbox)
         argv = [sandbox.python, *PYTHON_FLAGS, entry]
-        run = sandbox.run(argv, stdin=stdin, files=files, limits=sb_limits, on_stdout=stream.feed)
+        return sandbox.run(argv, stdin=stdin, files=files, limits=sb_limits,
+                           on_stdout=stream.feed)
     except Exception as e:
         return Outcome(
             Status.SANDBOX_ERROR,
@@ -575,8 +628,6 @@ def _score(
             0,
             total,
         )
-    costs.update(judge.costs(run.cpu_s))
-    return _verdict(spec, judge, stream, run, timeout)
 
 
 def harness_payload(

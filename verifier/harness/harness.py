@@ -1518,16 +1518,52 @@ def program_server(code, prefix_code, req, announce_prefix=False):
     ``announce_prefix`` the prefix's success is sent as the first message, before any code of
     the program's runs: the only "prefix failed" message the harness believes."""
     g = program_globals("solution")
-    known = []
+    known = _load_prefix(prefix_code, g)
+    if announce_prefix:
+        send_msg(4, {"prefix": "ok"})
+    names = _load_program(code, g)
+    classes = {k: v for k, v in g.items() if isinstance(v, type)}
+    handles = _Handles(g)
+    send_msg(4, {"ready": True, "names": names, "known": known})
+    while True:
+        try:
+            m = req.next_blocking()
+        except BaseException:
+            os._exit(0)
+        if m is None:
+            os._exit(0)
+        # Each answer runs program code: whatever it raises is the answer, never the end of
+        # this loop.
+        try:
+            if m.get("op") == "fn":  # call-based: Solution().f(*args) or f(*args)
+                resp = _call_function(m, g, classes)
+            else:
+                resp = _object_op(m, classes, known, handles)
+            send_msg(4, resp)
+        except MemoryError:
+            try:
+                send_msg(4, {"exc": "MemoryError", "msg": "", "memory": True})
+            except BaseException:
+                os._exit(1)
+        except BaseException as e:
+            _send_exception(e)
+
+
+def _load_prefix(prefix_code, g):
+    """Run the prefix in ``g``; the names of its classes (the process ends, reporting why, if
+    it fails)."""
     try:
         if prefix_code is not None:
             exec(prefix_code, g)
-        known = [k for k, v in g.items() if isinstance(v, type)]
+        return [k for k, v in g.items() if isinstance(v, type)]
     except BaseException as e:
         send_msg(4, {"fatal": f"import_prefix failed: {type(e).__name__}: {e}", "phase": "prefix"})
         os._exit(0)
-    if announce_prefix:
-        send_msg(4, {"prefix": "ok"})
+
+
+def _load_program(code, g):
+    """Run the program's module in ``g``; the names it defined or rebound (the process ends,
+    reporting why, if it fails)."""
     before = dict(g)
     try:
         exec(code, g)
@@ -1548,110 +1584,119 @@ def program_server(code, prefix_code, req, announce_prefix=False):
     except BaseException as e:
         send_msg(4, {"fatal": f"{type(e).__name__}: {e}", "phase": "module"})
         os._exit(0)
-    names = [
+    return [
         k
         for k, v in list(g.items())
         if not k.startswith("__") and (k not in before or before[k] is not v)
     ]
-    handles = {}
 
-    def handle(obj):
-        handles[len(handles) + 1] = obj
-        return len(handles)
 
-    def resolve(h):
+class _Handles:
+    """The program's objects the evaluator holds handles to: numbered as they are sent, or a
+    global by its name ("g:NAME")."""
+
+    def __init__(self, g):
+        self.g = g
+        self.objs = {}
+
+    def add(self, obj):
+        """A new handle to ``obj``."""
+        self.objs[len(self.objs) + 1] = obj
+        return len(self.objs)
+
+    def resolve(self, h):
+        """The object behind handle ``h`` (an evaluator's message: may be anything)."""
         if isinstance(h, str) and h.startswith("g:"):
             name = h[2:]
-            if name not in g:
+            if name not in self.g:
                 raise NameError(f"name {name!r} is not defined")
-            return g[name]
-        if h in handles:
-            return handles[h]
+            return self.g[name]
+        if h in self.objs:
+            return self.objs[h]
         raise LookupError("stale program handle")
 
-    classes = {k: v for k, v in g.items() if isinstance(v, type)}
-    send_msg(4, {"ready": True, "names": names, "known": known})
-    while True:
-        try:
-            m = req.next_blocking()
-        except BaseException:
-            os._exit(0)
-        if m is None:
-            os._exit(0)
-        try:
-            op = m.get("op")
-            after = None
-            if op == "fn":  # call-based: Solution().f(*args) or f(*args)
-                name = m["name"]
-                sol = g.get("Solution")
-                if isinstance(sol, type) and hasattr(sol, name):
-                    fn = getattr(sol(), name)
-                elif name in g:
-                    fn = g[name]
-                else:
-                    raise NameError(f"the program defines neither Solution.{name} nor {name}")
-                _, args = decode_message(m["args"], classes)
-                result = fn(*args)
-                if type(result) is tuple:  # LiveCodeBench: tuples count as lists
-                    result = list(result)
-                resp = encode_message(result, (), None)
-            else:
-                dec, (args, kwargs) = decode_message(
-                    m.get("args", {"v": [[], {"$": "dict", "v": []}], "objs": []}),
-                    classes,
-                    lambda i, t: resolve(i),
-                )
-                target = resolve(m.get("h"))
-                if op == "global":
-                    result = target
-                elif op == "call":
-                    result = target(*args, **kwargs)
-                    if (
-                        any(
-                            isinstance(a, (list, dict, set))
-                            for a in list(args) + list(kwargs.values())
-                        )
-                        or dec.objs
-                    ):
-                        after = (list(args), dict(kwargs), list(dec.objs))
-                elif op == "getattr":
-                    result = getattr(target, m["name"])
-                elif op == "getitem":
-                    result = target[args[0]]
-                elif op == "len":
-                    result = len(target)
-                elif op == "iter":
-                    result = list(target)
-                else:
-                    raise ValueError(f"unknown op {op!r}")
-                enc = Encoder(known, handle, seed=after[2] if after else ())
-                resp = {"v": enc.value(result)}
-                if after is not None:
-                    resp["after"] = [enc.value(a) for a in after[0]]
-                    resp["kwafter"] = {k: enc.value(a) for k, a in after[1].items()}
-                    resp["seeded"] = len(after[2])
-                resp["objs"] = enc.finish()
-            send_msg(4, resp)
-        except MemoryError:
-            try:
-                send_msg(4, {"exc": "MemoryError", "msg": "", "memory": True})
-            except BaseException:
-                os._exit(1)
-        except BaseException as e:
-            try:
-                msg = str(e)[:500]
-            except BaseException:
-                msg = "?"
-            try:
-                send_msg(
-                    4,
-                    {
-                        "exc": type(e).__name__ if isinstance(type(e).__name__, str) else "?",
-                        "msg": msg,
-                    },
-                )
-            except BaseException:
-                os._exit(1)
+
+def _call_function(m, g, classes):
+    """A call-based test's call: ``Solution().NAME(*args)`` or ``NAME(*args)``, its result
+    encoded as data."""
+    name = m["name"]
+    sol = g.get("Solution")
+    if isinstance(sol, type) and hasattr(sol, name):
+        fn = getattr(sol(), name)
+    elif name in g:
+        fn = g[name]
+    else:
+        raise NameError(f"the program defines neither Solution.{name} nor {name}")
+    _, args = decode_message(m["args"], classes)
+    result = fn(*args)
+    if type(result) is tuple:  # LiveCodeBench: tuples count as lists
+        result = list(result)
+    return encode_message(result, (), None)
+
+
+def _object_op(m, classes, known, handles):
+    """The evaluator's request on a program object (a global, a call, an attribute, an item,
+    len, iteration): the result encoded as data, the program's other objects as handles."""
+    op = m.get("op")
+    after = None
+    dec, (args, kwargs) = decode_message(
+        m.get("args", {"v": [[], {"$": "dict", "v": []}], "objs": []}),
+        classes,
+        lambda i, t: handles.resolve(i),
+    )
+    target = handles.resolve(m.get("h"))
+    if op == "global":
+        result = target
+    elif op == "call":
+        result = target(*args, **kwargs)
+        if (
+            any(isinstance(a, (list, dict, set)) for a in list(args) + list(kwargs.values()))
+            or dec.objs
+        ):
+            after = (list(args), dict(kwargs), list(dec.objs))
+    elif op == "getattr":
+        result = getattr(target, m["name"])
+    elif op == "getitem":
+        result = target[args[0]]
+    elif op == "len":
+        result = len(target)
+    elif op == "iter":
+        result = list(target)
+    else:
+        raise ValueError(f"unknown op {op!r}")
+    return _encode_answer(result, after, known, handles)
+
+
+def _encode_answer(result, after, known, handles):
+    """A result as data; ``after``: a call's arguments as the call left them (in-place
+    changes), its argument objects first in the object table."""
+    enc = Encoder(known, handles.add, seed=after[2] if after else ())
+    resp = {"v": enc.value(result)}
+    if after is not None:
+        resp["after"] = [enc.value(a) for a in after[0]]
+        resp["kwafter"] = {k: enc.value(a) for k, a in after[1].items()}
+        resp["seeded"] = len(after[2])
+    resp["objs"] = enc.finish()
+    return resp
+
+
+def _send_exception(e):
+    """Answer with the program's exception (its name and text: the program's, so cut short and
+    guarded); the process ends if even that fails."""
+    try:
+        msg = str(e)[:500]
+    except BaseException:
+        msg = "?"
+    try:
+        send_msg(
+            4,
+            {
+                "exc": type(e).__name__ if isinstance(type(e).__name__, str) else "?",
+                "msg": msg,
+            },
+        )
+    except BaseException:
+        os._exit(1)
 
 
 def _forked_program(cfg, code, prefix_code):
@@ -2222,186 +2267,260 @@ def _write_back(orig, new):
 
 
 def run_assert_tests(cfg, code, prefix_code, rep):
-    units = cfg["units"]
-    resume_after = None
-    recorded = set()
-    relayed_fail = set()  # an assert in a loop reports every execution: relay at most a pass
-    # and a failure per assert (the judge's key budget is two records per test)
+    """Assert and LeetCode-style tests, in rounds: each round a fresh program process and an
+    evaluator; a round the program's failure ended is followed by one that resumes after the
+    failed test."""
+    run = _AssertRun(cfg, rep)
     while True:
         if time.monotonic() > cfg["_deadline"]:
             rep.emit(
                 {
                     "type": "test",
-                    "i": _next_id(recorded, resume_after),
+                    "i": run.next_id(),
                     "status": "timeout",
                     "detail": "item time limit",
                 }
             )
             return
-        prog = Program(cfg, code, prefix_code, fresh=True)
-        t0 = time.monotonic()
-        deadline = min(t0 + float(cfg["test_timeout"]), cfg["_deadline"])
-        # The first message is sent before any code of the program's runs (program_main): only
-        # it can say that the process could not start or that the ground truth's prefix failed.
+        if not _assert_round(run, code, prefix_code):
+            return
+
+
+class _AssertRun:
+    """What the rounds of one sample's assert tests share: the tests recorded, the failures
+    relayed, and the test the next round resumes after."""
+
+    def __init__(self, cfg, rep):
+        self.cfg = cfg
+        self.rep = rep
+        self.resume_after = None
+        self.recorded = set()
+        # An assert in a loop reports every execution: relay at most a pass and a failure per
+        # assert (the judge's key budget is two records per test).
+        self.relayed_fail = set()
+
+    def next_id(self):
+        """The first test not recorded after the one resumed after."""
+        return _next_id(self.recorded, self.resume_after)
+
+
+def _assert_round(run, code, prefix_code):
+    """One round: start the program's process, then relay an evaluator's results until the
+    round ends. True when a next round follows (resuming after a test the program failed)."""
+    cfg = run.cfg
+    prog = Program(cfg, code, prefix_code, fresh=True)
+    deadline = min(time.monotonic() + float(cfg["test_timeout"]), cfg["_deadline"])
+    stage, ready = _program_start(prog, deadline)
+    if stage == "setup":
+        _setup_failed(run, prog, ready)
+        return False
+    if stage == "load":
+        return _record_failure(run, prog, _load_failure(cfg, prog, ready), run.next_id(), False)
+    started = _start_evaluator(run, prog, prefix_code, ready)
+    if started is None:
+        return False
+    ev_pid, res_r = started
+    kind, info = _relay_results(run, prog, res_r)
+    # Before everything is killed below: the record says how the program's process ended.
+    rec = _round_failure(cfg, prog, kind, info)
+    _stop_round(prog, ev_pid, res_r)
+    return _after_round(run, prog, kind, info, rec)
+
+
+def _stop_round(prog, ev_pid, res_r):
+    """Kill the round's processes (the program's, the evaluator) and close their pipes."""
+    kill_all([prog.pid, ev_pid])
+    prog.watch.reap(True)
+    prog.watch.drain()
+    prog.close()
+    os.close(res_r)
+
+
+def _after_round(run, prog, kind, info, rec):
+    """Where a round that ended ``kind`` leaves the sample: True when a next round follows
+    (the failure ``rec`` emitted, or the evaluator's restart)."""
+    if kind == "done":
+        return False
+    if kind == "restart":
+        run.resume_after = int(info["after"])
+        return True
+    i = info.get("id") if kind == "gone" else None
+    if i is None:
+        i = run.next_id()
+    return _record_failure(run, prog, rec, i, kind in ("item_timeout", "evaluator_died"))
+
+
+def _program_start(prog, deadline):
+    """Wait for the program process's start-up: ("setup", its first message) when that says the
+    process could not start or the ground truth's prefix failed, ("ready", its ready message),
+    or ("load", the message or how it ended) when its module did not load."""
+    # The first message is sent before any code of the program's runs (program_main): only
+    # it can say that the process could not start or that the ground truth's prefix failed.
+    ready = _wait_msg(prog, deadline)
+    if isinstance(ready, dict) and ready.get("phase") in ("exec", "prefix"):
+        return "setup", ready
+    if isinstance(ready, dict) and ready.get("prefix") == "ok":
         ready = _wait_msg(prog, deadline)
-        if isinstance(ready, dict) and ready.get("phase") in ("exec", "prefix"):
-            _program_failure(prog, cfg, "exited", cfg["_budget"] + 1)
-            prog.close()
-            kind = "setup_error" if ready["phase"] == "prefix" else "harness_error"
-            rep.emit({"type": kind, "detail": _text(ready.get("fatal"))})
-            return
-        if isinstance(ready, dict) and ready.get("prefix") == "ok":
-            ready = _wait_msg(prog, deadline)
-        if not isinstance(ready, dict) or ready.get("fatal") or not ready.get("ready"):
-            if isinstance(ready, dict):
-                rec = _program_failure(prog, cfg, "exited", cfg["_budget"] + 1)
-                # A program whose module-level code fails before any test can call it is
-                # LiveCodeBench's "compilation error" (the judge reports COMPILE_ERROR).
-                # (Whatever it claims, e.g. "phase": "prefix": that can only be the program.)
-                rec.update(
-                    status="memory" if ready.get("memory") is True else "load_error",
-                    detail=_text(ready.get("fatal")
-                                 or "the program's process sent no ready message"),
-                )
-            else:
-                rec = _program_failure(prog, cfg, ready, cfg["_budget"] + 1)
-            prog.close()
-            i = _next_id(recorded, resume_after)
-            rec.update(type="test", i=i)
-            rep.emit(rec, [b"", bytes(prog.watch.err[-ERR_TAIL:])])
-            if cfg["stop_on_fail"] or i is None or i + 1 >= int(cfg["n_units"]):
-                return
-            resume_after = i
-            recorded.add(i)
-            continue
-        names = ready.get("names")
-        names = names if isinstance(names, list) else []
-        try:
-            res_r, res_w = os.pipe()
-            ev_pid = spawn(
-                {0: None, 1: None, 2: 2, 3: prog.req_w, 4: prog.resp_r, 5: res_w},
-                lambda after=resume_after, names=names: evaluator(
-                    cfg, prefix_code, units, after, names
-                ),
-            )
-        except OSError as e:
-            # The program's process exhausted the sandbox (processes, descriptors) before the
-            # evaluator could start: its failure.
-            rec = _program_failure(prog, cfg, "exited", cfg["_budget"] + 1)
-            rec.update(type="test", i=_next_id(recorded, resume_after), status="error")
-            rec["detail"] = f"the program exhausted the sandbox: {e}"
-            rep.emit(rec, [b"", b""])
-            prog.close()
-            return
-        os.close(res_w)
-        reader = MsgReader(res_r)
-        os.set_blocking(res_r, False)
-        restart = None
-        finished = False
-        while not finished:
-            how = prog.watch.run(cfg["_deadline"], others=(res_r,))
-            if how == "output_limit":
-                prog.watch.kill()
-                restart = ("output_limit", None)
-                break
-            if how == "timeout":
-                restart = ("item_timeout", None)
-                break
-            if how == "exited":
-                # The program process died; the evaluator will notice and report "gone".
-                continue
-            reader.feed()
-            while True:
-                m = reader.take()
-                if m is None:
-                    break
-                t = m.get("t")
-                if t == "res":
-                    i = m.get("id")
-                    if not isinstance(i, int) or not 0 <= i < int(cfg["n_units"]):
-                        continue
-                    if (m["ok"] and i in recorded) or (not m["ok"] and i in relayed_fail):
-                        continue
-                    recorded.add(i)
-                    if not m["ok"]:
-                        relayed_fail.add(i)
-                    status = "exited" if m["ok"] else ("error" if m.get("error") else "failed")
-                    rep.emit(
-                        {"type": "test", "i": i, "status": status, "detail": m.get("detail", "")},
-                        [],
-                    )
-                elif t == "setup_error":
-                    rep.emit({"type": "setup_error", "detail": m.get("detail", "")})
-                    finished = True
-                    restart = ("done", None)
-                    break
-                elif t == "gone":
-                    restart = ("gone", m)
-                    finished = True
-                    break
-                elif t == "end":
-                    finished = True
-                    restart = ("done", None)
-                    break
-                elif t == "restart":
-                    finished = True
-                    restart = ("restart", m)
-                    break
-            if reader.eof and not finished:
-                restart = ("evaluator_died", None)
-                break
-        kind, info = restart
-        if kind == "gone":
-            why = info.get("why")
-            rec = _program_failure(
-                prog, cfg, "timeout" if why == "timeout" else "exited", cfg["_budget"] + 1
-            )
-            if isinstance(why, list) and why and why[0] == "memory":
-                rec["status"] = "memory"
-            elif isinstance(why, list) and why and why[0] == "fatal":
-                rec["status"] = "memory" if why[2] else "error"
-                rec["detail"] = _text(why[1])
-            elif isinstance(why, list) and why and why[0] == "garbage":
-                rec["status"] = "error"
-                rec["detail"] = f"the program wrote malformed data on the judge's channel: {why[1]}"
-            elif rec["status"] == "died":
-                rec["detail"] = "the program process died"
-        elif kind in ("output_limit", "item_timeout"):
-            rec = _program_failure(
-                prog,
-                cfg,
-                "output_limit" if kind == "output_limit" else "timeout",
-                cfg["_budget"] + 1,
-            )
-            info = {"id": None}
-        elif kind == "evaluator_died":
-            rec = {"status": "error", "detail": "the evaluator process was killed"}
-            info = {"id": None}
-        kill_all([prog.pid, ev_pid])
-        prog.watch.reap(True)
-        prog.watch.drain()
+    if not isinstance(ready, dict) or ready.get("fatal") or not ready.get("ready"):
+        return "load", ready
+    return "ready", ready
+
+
+def _setup_failed(run, prog, first):
+    """End the sample: the program's process could not start, or the prefix failed in it."""
+    _program_failure(prog, run.cfg, "exited", run.cfg["_budget"] + 1)
+    prog.close()
+    kind = "setup_error" if first["phase"] == "prefix" else "harness_error"
+    run.rep.emit({"type": kind, "detail": _text(first.get("fatal"))})
+
+
+def _load_failure(cfg, prog, ready):
+    """The record of a program whose module failed to load (its processes stopped)."""
+    if isinstance(ready, dict):
+        rec = _program_failure(prog, cfg, "exited", cfg["_budget"] + 1)
+        # A program whose module-level code fails before any test can call it is
+        # LiveCodeBench's "compilation error" (the judge reports COMPILE_ERROR).
+        # (Whatever it claims, e.g. "phase": "prefix": that can only be the program.)
+        rec.update(
+            status="memory" if ready.get("memory") is True else "load_error",
+            detail=_text(ready.get("fatal") or "the program's process sent no ready message"),
+        )
+    else:
+        rec = _program_failure(prog, cfg, ready, cfg["_budget"] + 1)
+    prog.close()
+    return rec
+
+
+def _start_evaluator(run, prog, prefix_code, ready):
+    """Fork the evaluator on the program process's pipes: (its pid, the read end of its
+    results), or None when it could not start (the program's failure, emitted here)."""
+    cfg = run.cfg
+    names = ready.get("names")
+    names = names if isinstance(names, list) else []
+    try:
+        res_r, res_w = os.pipe()
+        ev_pid = spawn(
+            {0: None, 1: None, 2: 2, 3: prog.req_w, 4: prog.resp_r, 5: res_w},
+            lambda after=run.resume_after, names=names: evaluator(
+                cfg, prefix_code, cfg["units"], after, names
+            ),
+        )
+    except OSError as e:
+        # The program's process exhausted the sandbox (processes, descriptors) before the
+        # evaluator could start: its failure.
+        rec = _program_failure(prog, cfg, "exited", cfg["_budget"] + 1)
+        rec.update(type="test", i=run.next_id(), status="error")
+        rec["detail"] = f"the program exhausted the sandbox: {e}"
+        run.rep.emit(rec, [b"", b""])
         prog.close()
-        os.close(res_r)
-        if kind == "done":
-            return
-        if kind == "restart":
-            resume_after = int(info["after"])
+        return None
+    os.close(res_w)
+    return ev_pid, res_r
+
+
+def _relay_results(run, prog, res_r):
+    """Relay the evaluator's results to the judge while watching the program's process, until
+    the round ends: returns (how it ended, the evaluator's last message or None)."""
+    reader = MsgReader(res_r)
+    os.set_blocking(res_r, False)
+    while True:
+        # The whole item's deadline: each test's own is the evaluator's to keep.
+        how = prog.watch.run(run.cfg["_deadline"], others=(res_r,))
+        if how == "output_limit":
+            prog.watch.kill()
+            return "output_limit", None
+        if how == "timeout":
+            return "item_timeout", None
+        if how == "exited":
+            # The program process died; the evaluator will notice and report "gone".
             continue
-        i = info.get("id") if info else None
-        if i is None:
-            i = _next_id(recorded, resume_after)
-        if i is None:
-            return
-        rec.update(type="test", i=i)
-        rep.emit(rec, [b"", bytes(prog.watch.err[-ERR_TAIL:])])
-        recorded.add(i)
-        if (
-            cfg["stop_on_fail"]
-            or kind in ("item_timeout", "evaluator_died")
-            or i + 1 >= int(cfg["n_units"])
-        ):
-            return
-        resume_after = i
+        reader.feed()
+        while True:
+            m = reader.take()
+            if m is None:
+                break
+            end = _relay_message(run, m)
+            if end is not None:
+                return end
+        if reader.eof:
+            return "evaluator_died", None
+
+
+def _relay_message(run, m):
+    """Act on one message of the evaluator: a result is relayed; a message that ends the round
+    is returned as (how it ended, the message or None)."""
+    t = m.get("t")
+    if t == "res":
+        _relay_result(run, m)
+    elif t == "setup_error":
+        run.rep.emit({"type": "setup_error", "detail": m.get("detail", "")})
+        return "done", None
+    elif t == "gone":
+        return "gone", m
+    elif t == "end":
+        return "done", None
+    elif t == "restart":
+        return "restart", m
+    return None
+
+
+def _relay_result(run, m):
+    """Emit one test's result, unless that test's pass (or failure) was relayed already."""
+    i = m.get("id")
+    if not isinstance(i, int) or not 0 <= i < int(run.cfg["n_units"]):
+        return
+    if (m["ok"] and i in run.recorded) or (not m["ok"] and i in run.relayed_fail):
+        return
+    run.recorded.add(i)
+    if not m["ok"]:
+        run.relayed_fail.add(i)
+    status = "exited" if m["ok"] else ("error" if m.get("error") else "failed")
+    run.rep.emit({"type": "test", "i": i, "status": status, "detail": m.get("detail", "")}, [])
+
+
+def _round_failure(cfg, prog, kind, info):
+    """The record of the program's failure that ended a round (its processes stopped), None
+    for a round that ended without one ("done", "restart")."""
+    cpu_limit = cfg["_budget"] + 1
+    if kind == "gone":
+        return _gone_failure(cfg, prog, info.get("why"))
+    if kind in ("output_limit", "item_timeout"):
+        return _program_failure(
+            prog, cfg, "output_limit" if kind == "output_limit" else "timeout", cpu_limit
+        )
+    if kind == "evaluator_died":
+        return {"status": "error", "detail": "the evaluator process was killed"}
+    return None
+
+
+def _gone_failure(cfg, prog, why):
+    """The record of a program the evaluator reported gone, ``why`` as it reported it (its
+    text is the program's: cut short)."""
+    rec = _program_failure(
+        prog, cfg, "timeout" if why == "timeout" else "exited", cfg["_budget"] + 1
+    )
+    if isinstance(why, list) and why and why[0] == "memory":
+        rec["status"] = "memory"
+    elif isinstance(why, list) and why and why[0] == "fatal":
+        rec["status"] = "memory" if why[2] else "error"
+        rec["detail"] = _text(why[1])
+    elif isinstance(why, list) and why and why[0] == "garbage":
+        rec["status"] = "error"
+        rec["detail"] = f"the program wrote malformed data on the judge's channel: {why[1]}"
+    elif rec["status"] == "died":
+        rec["detail"] = "the program process died"
+    return rec
+
+
+def _record_failure(run, prog, rec, i, last):
+    """Emit the program's failure of test ``i``; True when a next round resumes after it."""
+    rec.update(type="test", i=i)
+    run.rep.emit(rec, [b"", bytes(prog.watch.err[-ERR_TAIL:])])
+    run.recorded.add(i)
+    if last or run.cfg["stop_on_fail"] or i + 1 >= int(run.cfg["n_units"]):
+        return False
+    run.resume_after = i
+    return True
 
 
 def _next_id(recorded, resume_after):

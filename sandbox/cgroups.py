@@ -1,0 +1,146 @@
+"""The host's cgroups, as the nsjail backend uses them: which hierarchy (v2, v1) and which
+controllers (memory, pids, cpu) this process can hand to its jails, and the nsjail arguments
+that put every jail under them.
+
+Each ``*_args`` function prepares the host side (a ``magic-rlvr-sandbox`` cgroup inside this
+process's own, so that jails are charged there instead of escaping to the root; empty cgroups
+of killed nsjail processes swept) and returns the arguments, with ``{MEM}`` and ``{PIDS}``
+standing for the per-run limits, or None when the host does not offer that hierarchy or its
+controllers; an OSError says what the host refused. Whether a jail actually starts and is
+bounded under them is the nsjail backend's check (``NsjailSandbox._check_cgroup``), which
+runs a jail.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .base import JAIL_CPU_MS_PER_SEC
+
+CGROUP_DIR_NAME = "magic-rlvr-sandbox"
+
+
+def v1_args() -> list[str] | None:
+    """The nsjail arguments of cgroup v1 memory+pids limits, None when v1 lacks either."""
+    mem_mount, pids_mount = "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids"
+    if not (os.path.isfile(f"{mem_mount}/memory.limit_in_bytes") or os.path.isdir(mem_mount)):
+        return None
+    if not os.path.isdir(pids_mount):
+        return None
+    mem_rel = _own_cgroup("memory")
+    pids_rel = _own_cgroup("pids")
+    if mem_rel is None or pids_rel is None:
+        return None
+    mem_parent = _mk_cgroup(mem_mount, mem_rel)
+    pids_parent = _mk_cgroup(pids_mount, pids_rel)
+    _sweep_stale(os.path.join(mem_mount, mem_parent))
+    _sweep_stale(os.path.join(pids_mount, pids_parent))
+    args = [
+        "--cgroup_mem_mount",
+        mem_mount,
+        "--cgroup_mem_parent",
+        mem_parent,
+        "--cgroup_mem_max",
+        "{MEM}",
+        "--cgroup_pids_mount",
+        pids_mount,
+        "--cgroup_pids_parent",
+        pids_parent,
+        "--cgroup_pids_max",
+        "{PIDS}",
+    ]
+    if os.path.exists(os.path.join(mem_mount, mem_parent, "memory.memsw.limit_in_bytes")):
+        # No escape into swap: memory+swap capped at the same value.
+        args += ["--cgroup_mem_memsw_max", "{MEM}"]
+    return args
+
+
+def v2_args() -> list[str] | None:
+    """The nsjail arguments of cgroup v2 memory+pids limits in a delegated child of this
+    process's cgroup, None when there is no v2 hierarchy or it lacks either controller."""
+    root = "/sys/fs/cgroup"
+    if not os.path.isfile(f"{root}/cgroup.controllers"):
+        return None
+    rel = _own_cgroup("")
+    if rel is None:
+        return None
+    own = os.path.join(root, rel.lstrip("/"))
+    controllers = open(os.path.join(own, "cgroup.controllers")).read().split()
+    if "memory" not in controllers or "pids" not in controllers:
+        return None
+    # nsjail creates NSJAIL.<pid> under --cgroupv2_mount; give it a delegated child of our
+    # own cgroup with the memory and pids controllers enabled. (Writing our own
+    # subtree_control fails with EBUSY when this process sits in that cgroup: then cgroup
+    # v2 is not usable without moving the server, and we say so.)
+    d = os.path.join(own, CGROUP_DIR_NAME)
+    os.makedirs(d, exist_ok=True)
+    sub = open(os.path.join(own, "cgroup.subtree_control")).read().split()
+    if "memory" not in sub or "pids" not in sub:
+        with open(os.path.join(own, "cgroup.subtree_control"), "w") as f:
+            f.write("+memory +pids")
+    with open(os.path.join(d, "cgroup.subtree_control"), "w") as f:
+        f.write("+memory +pids")
+    _sweep_stale(d)
+    return [
+        "--use_cgroupv2",
+        "--cgroupv2_mount",
+        d,
+        "--cgroup_mem_max",
+        "{MEM}",
+        "--cgroup_mem_swap_max",
+        "0",
+        "--cgroup_pids_max",
+        "{PIDS}",
+    ]
+
+
+def cpu_v1_args() -> list[str] | None:
+    """The nsjail arguments of the jails' CPU cap (JAIL_CPU_MS_PER_SEC) under the cgroup v1
+    cpu controller, None when there is none."""
+    mount = "/sys/fs/cgroup/cpu"
+    if not os.path.isfile(os.path.join(mount, "cpu.cfs_quota_us")):
+        return None
+    rel = _own_cgroup("cpu")
+    if rel is None:
+        return None
+    parent = _mk_cgroup(mount, rel)
+    _sweep_stale(os.path.join(mount, parent))
+    return ["--cgroup_cpu_mount", mount, "--cgroup_cpu_parent", parent,
+            "--cgroup_cpu_ms_per_sec", str(JAIL_CPU_MS_PER_SEC)]
+
+
+def _own_cgroup(controller: str) -> str | None:
+    """This process's cgroup path for ``controller`` ("" = the v2 unified hierarchy)."""
+    try:
+        for line in open("/proc/self/cgroup"):
+            hid, ctrls, path = line.rstrip("\n").split(":", 2)
+            names = ctrls.split(",") if ctrls else [""]
+            if controller in names and (controller or hid == "0"):
+                return path
+    except OSError:
+        return None
+    return None
+
+
+def _mk_cgroup(mount: str, own_rel: str) -> str:
+    """Create ``<our cgroup>/magic-rlvr-sandbox`` and return it relative to ``mount``: jails
+    are then charged inside our own cgroup instead of escaping to the root."""
+    rel = os.path.join(own_rel.strip("/"), CGROUP_DIR_NAME).strip("/")
+    os.makedirs(os.path.join(mount, rel), exist_ok=True)
+    return rel
+
+
+def _sweep_stale(parent: str) -> None:
+    """Remove empty NSJAIL.<pid> cgroups left behind by nsjail processes that were killed."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for n in names:
+        if n.startswith("NSJAIL."):
+            pid = n.split(".", 1)[1]
+            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                try:
+                    os.rmdir(os.path.join(parent, n))
+                except OSError:
+                    pass
