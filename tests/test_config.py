@@ -130,3 +130,24 @@ def test_to_dict_round_trips_through_yaml() -> None:
     text = config_yaml(cfg, comments=False)
     assert RunConfig.from_dict(read_yaml(text, "x")) == cfg
     assert dataclasses.asdict(RunConfig.from_dict(cfg.to_dict())) == dataclasses.asdict(cfg)
+
+
+@pytest.mark.parametrize("section, key, value, message", [
+    ("engine", "kv_cache_gib", "lots", r"engine.kv_cache_gib must be a number, got 'lots'"),
+    ("engine", "max_model_len", 1.5, r"engine.max_model_len must be an int, got 1.5"),
+    ("verifier", "addr", 8080, r"verifier.addr must be a string, got 8080"),
+    ("backend", "gradient_checkpointing", "yes", r"backend.gradient_checkpointing must be a bool"),
+    ("backend", "zero_stage", True, r"backend.zero_stage must be one of \[0, 1, 2, 3\]"),
+    ("data", "train_files", "a.jsonl", r"data.train_files must be a list of strings"),
+    ("eval", "n_samples", True, r"eval.n_samples must be an int, got True"),
+    ("magic", "stages", [{"name": "a", "max_response_length": "8"}],
+     r"magic.stages\[0\].max_response_length must be an int, got '8'"),
+])
+def test_every_section_is_parsed_by_the_one_routine(tmp_path, section, key, value, message):
+    """One parsing routine for the whole tree (config_schema.build): a value of the wrong type
+    is refused in any section, naming its dotted key, before anything loads (the sections
+    outside magic were once built without a type check)."""
+    data = read_yaml(DEMO.read_text(), "demo")
+    data.setdefault(section, {})[key] = value
+    with pytest.raises(ValueError, match=message):
+        RunConfig.from_dict(data)
