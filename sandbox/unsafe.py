@@ -3,7 +3,7 @@
 The program runs as the verifier's own user, sees the host's files and network, and a daemon it
 starts with setsid can outlive the run. Only rlimits (CPU, address space, file size, processes)
 and the wall deadline apply, and the scratch directory has no size cap. The factory logs a loud
-warning; the CLI allows it only with ``--unsafe-no-sandbox`` on a loopback address.
+warning; ``verifier serve`` allows it (``--sandbox unsafe-none``) on a loopback address only.
 """
 
 from __future__ import annotations

@@ -227,7 +227,7 @@ def test_non_loopback_bind_needs_insecure() -> None:
     with pytest.raises(ValueError, match="--insecure"):
         ServeConfig(host="0.0.0.0")
     with pytest.raises(ValueError, match="loopback"):
-        ServeConfig(host="0.0.0.0", insecure=True, unsafe_no_sandbox=True)
+        ServeConfig(host="0.0.0.0", insecure=True, scoring=ScoringConfig(sandbox="unsafe-none"))
     assert ServeConfig(host="0.0.0.0", insecure=True).host == "0.0.0.0"
 
 
