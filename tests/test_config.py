@@ -151,3 +151,15 @@ def test_every_section_is_parsed_by_the_one_routine(tmp_path, section, key, valu
     data.setdefault(section, {})[key] = value
     with pytest.raises(ValueError, match=message):
         RunConfig.from_dict(data)
+
+
+def test_a_run_directory_from_before_the_optimizer_left_the_backend_still_loads(tmp_path):
+    """Earlier versions wrote backend.eps (1e-08, which no run changed) into config.yaml: such
+    a run still resumes and compares equal to a fresh config; any other value is refused."""
+    fresh = load_config(DEMO)
+    old = tmp_path / "config.yaml"
+    old.write_text(DEMO.read_text() + "\nbackend:\n  eps: 1.0e-08\n")
+    assert load_config(old) == fresh
+    old.write_text(DEMO.read_text() + "\nbackend:\n  eps: 1.0e-06\n")
+    with pytest.raises(ValueError, match=r"backend.eps cannot be set any more.*1e-06"):
+        load_config(old)

@@ -20,7 +20,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 import yaml
 
-from trainer.backends import BackendConfig
+from trainer.backends import BackendConfig, OptimizerConfig
 from trainer.config_schema import build, check_keys, field_docs
 from trainer.data import DEFAULT_SUFFIX, LCB_STYLES
 from trainer.engines import EngineConfig
@@ -244,11 +244,23 @@ class RunConfig:
         (config_schema.build): unknown keys are refused naming the closest valid key, every
         value is checked against its field's type, and every cross-field rule runs
         (``__post_init__``) before anything is loaded. A ``backend:`` key whose home is
-        elsewhere (BACKEND_FIELDS_SET_BY_RUN) is refused naming that home."""
+        elsewhere (BACKEND_FIELDS_SET_BY_RUN) is refused naming that home; a retired one
+        (RETIRED_BACKEND_KEYS) is read only with the value every run had."""
         backend = data.get("backend") if isinstance(data, Mapping) else None
-        for key in backend if isinstance(backend, Mapping) else ():
-            if key in BACKEND_FIELDS_SET_BY_RUN:
-                raise ValueError(_set_by_run(f"backend.{key}", key))
+        if isinstance(backend, Mapping):
+            for key in backend:
+                if key in BACKEND_FIELDS_SET_BY_RUN:
+                    raise ValueError(_set_by_run(f"backend.{key}", key))
+            retired = [k for k in backend if k in RETIRED_BACKEND_KEYS]
+            for key in retired:
+                if backend[key] != RETIRED_BACKEND_KEYS[key]:
+                    raise ValueError(
+                        f"backend.{key} cannot be set any more (the optimizer left the backend "
+                        f"config): every run now has {RETIRED_BACKEND_KEYS[key]!r}, this config "
+                        f"says {backend[key]!r}")
+            if retired:
+                data = {**data, "backend": {k: v for k, v in backend.items()
+                                            if k not in retired}}
         return build(cls, data, "")
 
 
@@ -262,6 +274,13 @@ BACKEND_FIELDS_SET_BY_RUN = {"lr": "magic.lr", "betas": "magic.betas",
                              "grad_clip": "magic.grad_clip",
                              "keep_reference": "magic.kl_coef (> 0 keeps a reference policy)",
                              "seed": "seed"}
+
+#: ``backend.*`` keys of earlier versions and the only value a run may still give them. The
+#: run directory's ``config.yaml`` of a run started before the optimizer left the backend
+#: config holds ``backend.eps`` (AdamW's epsilon, then a backend field that ``trainer run``
+#: never changed): such a run still resumes, and an ablation still finds it equal to a fresh
+#: one; any other value is refused, since no run can have it now.
+RETIRED_BACKEND_KEYS = {"eps": OptimizerConfig.eps}
 
 
 def _set_by_run(key: str, name: str) -> str:
