@@ -119,9 +119,9 @@ class AblateArgs:
     list_ablations: Annotated[bool, tyro.conf.arg(name="list")] = False
     """Name the ablations and their claims."""
     profile: Literal["quick", "full"] = "quick"
-    """quick: at most 30 min on a 2-core CPU; full: every variant, 3 seeds."""
+    """quick: a smoke test, at most 30 min on a 2-core CPU (2 seeds, 60 steps); full: the demo's 160 steps, 6 seeds, the primary check's arms and the cheap secondary ones."""
     seeds: int | None = None
-    """Seeds per variant (default: the profile's: quick 2, full 3)."""
+    """Seeds per variant (default: the profile's: quick 2, full 6)."""
     out: Path = Path("runs/ablate")
     """DIR: writes DIR/NAME/report.md, summary.json, plots and runs/."""
     variants: str | None = None
