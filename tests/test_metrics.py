@@ -161,6 +161,26 @@ def test_worker_restarts_are_counted(metered) -> None:
     assert value(m, "verifier_items_total", domain="math", status="INTERNAL_ERROR") >= 1
 
 
+def test_recycled_workers_are_counted_and_judge_alike(tmp_path) -> None:
+    """--worker-max-tasks 2: math workers are replaced every two items (counted as "recycled",
+    not as faults), and every verdict is the same as without recycling."""
+    srv, port = create_server("127.0.0.1:0", ServeConfig(
+        scoring=ScoringConfig(workers=1, worker_max_tasks=2), metrics_port=0))
+    try:
+        # radicals go to a worker (no fast path): sqrt(8)/2 = sqrt(2), and a wrong one
+        items = [math_item(f"r{i}", r"\boxed{\frac{\sqrt{8}}{2}}", r"\sqrt{2}") for i in range(5)]
+        items += [math_item(f"w{i}", r"\boxed{\sqrt{3}}", r"\sqrt{2}") for i in range(4)]
+        with VerifierClient(f"127.0.0.1:{port}", ClientConfig()) as client:
+            results = client.score(items)
+        assert [r.status for r in results] == [Status.CORRECT] * 5 + [Status.INCORRECT] * 4
+        m = scrape(srv.metrics_port)
+        assert value(m, "verifier_worker_restarts_total", reason="recycled") >= 4
+        assert value(m, "verifier_worker_restarts_total", reason="died") == 0
+        assert value(m, "verifier_worker_restarts_total", reason="deadline") == 0
+    finally:
+        srv.stop(1)
+
+
 def test_rejections_and_sandbox_failures_are_counted(monkeypatch) -> None:
     monkeypatch.setattr("verifier.scoring.create_sandbox", refuse_sandbox("test: nsjail missing"))
     scorer = Scorer(ScoringConfig(workers=1, max_pending=3))

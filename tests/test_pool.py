@@ -103,6 +103,34 @@ def test_a_killed_worker_is_replaced_at_once(pool: DeadlinePool) -> None:
     assert len(pool.pids()) == 2
 
 
+def test_a_worker_is_recycled_after_max_tasks_and_no_task_is_lost() -> None:
+    """--worker-max-tasks: after 3 answered tasks a worker is replaced by a fresh process; every
+    task, including those queued while a replacement starts, gets its own right answer."""
+    with DeadlinePool(1, max_pending=64, memory_mb=None, max_tasks=3) as p:
+        pids = [p.submit(t.pid, (), 5).result(timeout=10) for _ in range(7)]
+        assert pids[0] == pids[1] == pids[2] != pids[3]
+        assert pids[3] == pids[4] == pids[5] != pids[6]
+        assert len(set(pids)) == 3
+        assert p.restarts["recycled"] == 2
+        assert p.restarts["deadline"] == p.restarts["died"] == 0
+        futures = [p.submit(t.add, (i, 1), 5) for i in range(40)]
+        assert [f.result(timeout=30) for f in futures] == [i + 1 for i in range(40)]
+        assert p.restarts["recycled"] == 2 + (7 + 40) // 3 - 2
+
+
+def test_failed_tasks_count_towards_recycling_and_zero_never_recycles() -> None:
+    with DeadlinePool(1, max_pending=8, memory_mb=None, max_tasks=2) as p:
+        first = p.submit(t.pid, (), 5).result(timeout=10)
+        with pytest.raises(TaskFailed):
+            p.submit(t.raise_value_error, (), 5).result(timeout=10)
+        assert p.submit(t.pid, (), 5).result(timeout=10) != first
+    with DeadlinePool(1, max_pending=8, memory_mb=None) as p:
+        assert len({p.submit(t.pid, (), 5).result(timeout=10) for _ in range(20)}) == 1
+        assert p.restarts["recycled"] == 0
+    with pytest.raises(ValueError, match="max_tasks"):
+        DeadlinePool(1, max_tasks=-1)
+
+
 _POOL_CHILD = """
 import multiprocessing.util, sys, time
 from verifier.pool import DeadlinePool

@@ -13,7 +13,7 @@ endpoint shows counts only, never items. Metric names:
 - ``verifier_queue_depth{domain}``: items accepted and not finished (queued or running).
 - ``verifier_active_streams``: open ScoreStream calls.
 - ``verifier_rejected_total{reason}``: work refused before scoring (queue_full, batch_too_big).
-- ``verifier_worker_restarts_total{reason}``: math workers killed and replaced (deadline, died).
+- ``verifier_worker_restarts_total{reason}``: math workers replaced (deadline, died; recycled after ``--worker-max-tasks``).
 - ``verifier_sandbox_failures_total``: results with SANDBOX_ERROR.
 - ``verifier_sandbox_up``: 1 when the sandbox passed its start-up self-test.
 - ``verifier_stage_cpu_seconds{domain,stage}``: CPU seconds one item spent in one stage of its
@@ -68,7 +68,7 @@ class _Restarts(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         fam = CounterMetricFamily("verifier_worker_restarts",
-                                  "Math worker processes killed and replaced", labels=["reason"])
+                                  "Math worker processes replaced: killed at a deadline, died, or recycled", labels=["reason"])
         for reason, n in sorted(self._source().items()):
             fam.add_metric([reason], n)
         yield fam
