@@ -17,6 +17,15 @@ median is the result. The last candidate run prints the measured CPU breakdown p
 (docs/verifier.md 3).
 
     .venv/bin/python benchmarks/bench_code.py [--n 200] [--workload simple|lcb] [--rounds 3]
+
+``--jail-cpu`` measures instead the CPU of one cold jail by stage, without a server (issue 29):
+nsjail starting ``/bin/true`` (nsjail's own setup and the kernel's work for the namespaces,
+mounts and cgroups), the same jail running ``python3 -I -S -c pass`` (plus the interpreter's
+start), and a whole correct 5-test stdin/stdout sample (the harness's split: its start up to its
+first record, its per-test work, the test processes, nsjail). The rusage of the reaped nsjail
+process trees, median per jail, ``--rounds`` rounds of ``--n`` jails each:
+
+    .venv/bin/python benchmarks/bench_code.py --jail-cpu [--n 40] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -149,11 +158,71 @@ def baseline(samples: list[dict], parallel: int = 2) -> tuple[float, int, float]
     return rate, sum(ok for ok, _ in out), max(t for _, t in out)
 
 
+def jail_cpu(n: int, rounds: int) -> None:
+    """Print the CPU (ms) of one cold nsjail jail by stage; see the module docstring."""
+    import resource
+
+    from sandbox.base import SandboxLimits
+    from sandbox.nsjail import NsjailSandbox
+    from verifier.code_score import score_code
+    from verifier.items import Limits
+
+    def children_cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    correct = [s for s in make_samples(50) if s["program"].split("\n", 1)[1] in
+               {t[0] for t in TASKS}][:5]
+    sb = NsjailSandbox(warm=0)
+    sb.self_test()
+    lim = SandboxLimits(wall_s=10, cpu_s=5)
+    splits: list[dict] = []
+
+    def sample(k: int) -> None:
+        s = correct[k % len(correct)]
+        costs: dict = {}
+        out = score_code(s["response"], s["ground_truth"], Limits(), sb, costs=costs)
+        assert out.status.name == "CORRECT", out
+        splits.append(costs)
+
+    stages = {
+        "nsjail + /bin/true": lambda k: sb.run(["/bin/true"], limits=lim),
+        "nsjail + python3 -I -S -c pass": lambda k: sb.run([sb.python, "-I", "-S", "-c", "pass"],
+                                                           limits=lim),
+        "a correct 5-test sample": sample,
+    }
+    try:
+        sample(0)  # compiles the harness once (harness_files)
+        splits.clear()
+        per: dict[str, list[float]] = {name: [] for name in stages}
+        for r in range(rounds):
+            for name, fn in stages.items():
+                xs = []
+                for k in range(n):
+                    before = children_cpu()
+                    fn(k)
+                    xs.append((children_cpu() - before) * 1000)
+                per[name].append(median(xs))
+            print(f"round {r + 1}: " + ", ".join(f"{name} {per[name][-1]:.2f} ms"
+                                                 for name in stages), flush=True)
+    finally:
+        sb.close()
+    print(f"CPU per cold jail, median of {rounds} rounds x {n} jails ({sb.describe()}):")
+    for name in stages:
+        print(f"  {name:34s} {median(per[name]):6.2f} ms  (rounds: "
+              + ", ".join(f"{x:.2f}" for x in per[name]) + ")")
+    print("  split of the sample (the harness's own CPU clocks; medians):")
+    for key in ("jail_setup", "harness_start", "harness_tests", "tests"):
+        print(f"    {key:14s} {median(c.get(key, 0.0) for c in splits) * 1000:6.2f} ms")
+
+
 def main() -> None:
     from common import print_breakdown, stream_run
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--n", type=int, default=200, help="samples (default 200)")
+    ap.add_argument("--n", type=int, default=None,
+                    help="samples (default 200); with --jail-cpu: jails per stage and round "
+                         "(default 40)")
     ap.add_argument("--workload", choices=("simple", "lcb"), default="simple")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     ap.add_argument("--workers", type=int, default=2)
@@ -161,7 +230,13 @@ def main() -> None:
                     help="the server's --code-concurrency (default 0: --workers)")
     ap.add_argument("--warm-jails", default="None",
                     help="the server's --warm-jails (default None: one per code slot; 0: off)")
+    ap.add_argument("--jail-cpu", action="store_true",
+                    help="measure the CPU of one cold jail by stage instead (no server)")
     args = ap.parse_args()
+    if args.jail_cpu:
+        jail_cpu(args.n or 40, args.rounds)
+        return
+    args.n = args.n or 200
     samples = make_samples(args.n, workload=args.workload)
     items = [{k: v for k, v in s.items() if k != "program"} for s in samples]
     warmup = [dict(it, id=f"w{it['id']}") for it in items[:10]]
