@@ -46,6 +46,21 @@ both domains (``a+b``, ``b+a`` and the code problem on the same numbers are one 
 held-out split shares no pair with training. Asking for more problems than a level has, or for
 training problems that could only be found among the held-out ones, is an error naming the
 numbers.
+
+Several ways (``--ways units,carry,swap,copy``; off by default, and then every row is as
+without the option): each problem also gets ``extra.ways`` and ``extra.references``, one correct
+response per way that applies to it, so that a policy warm-started on a uniform mix of them
+(``warm_start.response_template: "{references}"``) starts spread over the ways and can collapse
+onto one (the entropy story of the Skywork-OR1 report, scripts/entropy_world.py)::
+
+    units  <think>6+1=7:7 3+9=12:27 7+8+1=16:627 4+2+1=7:7627</think>...    (the default one)
+    carry  <think>6+1+0=7:7 3+9+0=12:27 7+8+1=16:627 4+2+1=7:7627</think>... (every carry, 0 too)
+    swap   <think>1+6=7:7 9+3=12:27 8+7+1=16:627 2+4+1=7:7627</think>...    (second operand first)
+    copy   <think>4736+2891</think> + ``return x+4736+2891`` (code only: no sum to compute)
+
+``extra.reference`` stays the first way's response. ``copy`` applies to code problems only (a
+math answer must be the number): it needs no arithmetic, so it is the way that solves code
+problems reliably, while the three scratchpads are as reliable as each other.
 """
 
 from __future__ import annotations
@@ -82,6 +97,52 @@ def scratchpad(a: int, b: int) -> str:
     return " ".join(steps)
 
 
+WAYS = ("units", "carry", "swap", "copy")
+"""The ways to a correct response (``--ways``): three scratchpads and, for code, a copy of the
+prompt's expression (see the module docstring)."""
+
+
+def way_scratchpad(a: int, b: int, way: str) -> str:
+    """The steps of ``a + b`` written the ``way`` way: ``units`` is :func:`scratchpad`,
+    ``carry`` writes every column's carry (``+0`` too), ``swap`` puts ``b``'s digit first."""
+    if way == "units":
+        return scratchpad(a, b)
+    if way not in ("carry", "swap"):
+        raise ValueError(f"no scratchpad for way {way!r}; scratchpads: units, carry, swap")
+    da, db = str(a)[::-1], str(b)[::-1]
+    width = max(len(da), len(db))
+    steps, carry, result = [], 0, ""
+    for i in range(width):
+        x = int(da[i]) if i < len(da) else 0
+        y = int(db[i]) if i < len(db) else 0
+        s = x + y + carry
+        result = (str(s) if i == width - 1 else str(s % 10)) + result
+        if way == "carry":
+            steps.append(f"{x}+{y}+{carry}={s}:{result}")
+        else:
+            steps.append(f"{y}+{x}" + (f"+{carry}" if carry else "") + f"={s}:{result}")
+        carry = s // 10
+    assert int(result) == a + b
+    return " ".join(steps)
+
+
+def way_reference(a: int, b: int, domain: str, way: str, verbose: bool = False) -> str | None:
+    """A correct response written the ``way`` way, or None when the way does not apply (``copy``
+    to a math problem). ``verbose`` restates the problem before a scratchpad as
+    :func:`reference` does; ``copy``'s think block is the restatement alone."""
+    if way not in WAYS:
+        raise ValueError(f"unknown way {way!r}; ways: {', '.join(WAYS)}")
+    if way == "copy":
+        if domain != "code":
+            return None
+        return f"<think>{a}+{b}</think>\n```python\ndef f(x):\n    return x+{a}+{b}\n```"
+    restate = f"{a}+{b}: " if verbose else ""
+    think = f"<think>{restate}{way_scratchpad(a, b, way)}</think>"
+    if domain == "math":
+        return think + f"\\boxed{{{a + b}}}"
+    return think + f"\n```python\ndef f(x):\n    return x+{a + b}\n```"
+
+
 def reference(a: int, b: int, domain: str, verbose: bool = False) -> str:
     """A correct response in R1's format: the steps in a think block, then the answer. The
     verbose style first restates the problem (``a+b: ``), as reasoning models like to: it costs
@@ -94,10 +155,12 @@ def reference(a: int, b: int, domain: str, verbose: bool = False) -> str:
 
 
 def make_problem(a: int, b: int, level: int, domain: str, rng: random.Random,
-                 verbose: bool = False) -> dict:
+                 verbose: bool = False, ways: Sequence[str] | None = None) -> dict:
     """One JSONL row (see the module docstring). Code problems get three call-based tests of
     ``f`` (LiveCodeBench's functional format: inputs are JSON lines, outputs JSON values).
-    ``verbose`` picks the style of the reference response."""
+    ``verbose`` picks the style of the reference response. ``ways`` (None: off) adds
+    ``extra.ways`` and ``extra.references``, one response per way that applies, and makes
+    ``extra.reference`` the first of them; it draws nothing from ``rng``."""
     if domain == "math":
         prompt, truth = f"Compute {a}+{b}.", str(a + b)
     elif domain == "code":
@@ -108,10 +171,18 @@ def make_problem(a: int, b: int, level: int, domain: str, rng: random.Random,
     else:
         raise ValueError(f"domain must be 'math' or 'code', got {domain!r}")
     style = "verbose" if verbose else "concise"
+    extra = {"level": level, "operands": [a, b], "style": style,
+             "reference": reference(a, b, domain, verbose)}
+    if ways is not None:
+        refs = [(w, way_reference(a, b, domain, w, verbose)) for w in ways]
+        refs = [(w, r) for w, r in refs if r is not None]
+        if not refs:
+            raise ValueError(f"none of the ways {list(ways)} applies to a {domain} problem")
+        extra["reference"] = refs[0][1]
+        extra["ways"] = [w for w, _ in refs]
+        extra["references"] = [r for _, r in refs]
     return {"id": problem_id(level, a, b), "prompt": prompt, "domain": domain,
-            "ground_truth": truth, "data_source": DATA_SOURCES[domain],
-            "extra": {"level": level, "operands": [a, b], "style": style,
-                      "reference": reference(a, b, domain, verbose)}}
+            "ground_truth": truth, "data_source": DATA_SOURCES[domain], "extra": extra}
 
 
 def problem_id(level: int, a: int, b: int) -> str:
@@ -191,14 +262,16 @@ def check_disjoint(train: Iterable[dict], held_out: Iterable[dict]) -> None:
 
 def generate(n_train: int, n_eval: int, levels: Sequence[int] = (2, 3, 4),
              code_share: float = 0.25, seed: int = 0, verbose_share: float = 0.5,
-             held_out: Sequence[dict] | None = None) -> tuple[list[dict], list[dict]]:
+             held_out: Sequence[dict] | None = None,
+             ways: Sequence[str] | None = None) -> tuple[list[dict], list[dict]]:
     """Unique problems, split into training and held-out sets with no operand pair in both.
 
     Each split holds the levels in near-equal numbers, ``code_share`` of each level's problems
     as code and ``verbose_share`` of them with a verbose reference response (both rounded). With
     ``held_out`` (rows of an existing held-out file, for example to draw a larger training set
     against a fixed evaluation set), that split is kept as it is, ``n_eval`` is ignored, and
-    training avoids its pairs.
+    training avoids its pairs. ``ways`` (None: off) gives every row a reference per way
+    (:func:`make_problem`); the problems drawn are the same with and without it.
 
     Raises:
         ValueError: a level outside 1..6, a share outside [0, 1], negative counts, a level
@@ -215,6 +288,15 @@ def generate(n_train: int, n_eval: int, levels: Sequence[int] = (2, 3, 4),
             raise ValueError(f"{name} must be in [0, 1], got {share}")
     if n_train < 0 or n_eval < 0:
         raise ValueError(f"counts must be >= 0, got train={n_train}, eval={n_eval}")
+    if ways is not None:
+        ways = list(ways)
+        bad = [w for w in ways if w not in WAYS]
+        if bad or not ways or len(set(ways)) != len(ways):
+            raise ValueError(f"ways must be a non-empty list without repeats of "
+                             f"{', '.join(WAYS)}; got {ways}")
+        if "copy" in ways and len(ways) == 1 and code_share < 1.0:
+            raise ValueError("the way 'copy' applies to code problems only: add a scratchpad "
+                             "way (units, carry, swap) or use code_share=1")
     rng = random.Random(seed)
     taken: set[tuple[int, int]] = set()
     kept: dict[int, int] = {level: 0 for level in levels}
@@ -248,7 +330,7 @@ def generate(n_train: int, n_eval: int, levels: Sequence[int] = (2, 3, 4),
                 if rng.random() < 0.5:
                     a, b = b, a
                 rows.append(make_problem(a, b, level, "code" if i in code else "math", rng,
-                                         verbose=i in verbose))
+                                         verbose=i in verbose, ways=ways))
     rng.shuffle(evals)
     rng.shuffle(trains)
     check_disjoint(trains, held_out if held_out is not None else evals)
@@ -257,14 +339,15 @@ def generate(n_train: int, n_eval: int, levels: Sequence[int] = (2, 3, 4),
 
 def write(out: Path, n_train: int, n_eval: int, levels: Sequence[int] = (2, 3, 4),
           code_share: float = 0.25, seed: int = 0, verbose_share: float = 0.5,
-          held_out: Path | None = None) -> tuple[Path, Path]:
+          held_out: Path | None = None,
+          ways: Sequence[str] | None = None) -> tuple[Path, Path]:
     """Write ``out/train.jsonl`` and ``out/eval.jsonl`` (with ``held_out``, that file is copied
     as ``eval.jsonl`` and training avoids its problems)."""
     fixed = None
     if held_out is not None:
         fixed = [json.loads(x) for x in Path(held_out).read_text().splitlines() if x.strip()]
     train, evals = generate(n_train, n_eval, levels, code_share, seed, verbose_share,
-                            held_out=fixed)
+                            held_out=fixed, ways=ways)
     out.mkdir(parents=True, exist_ok=True)
     paths = out / "train.jsonl", out / "eval.jsonl"
     for path, rows in zip(paths, (train, evals), strict=True):
@@ -288,11 +371,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--held-out", type=Path, default=None,
                     help="keep this held-out file and draw training problems that avoid it")
+    ap.add_argument("--ways", default=None,
+                    help=f"comma list of ways to a correct response ({', '.join(WAYS)}): each "
+                         "row gets extra.ways and extra.references, one per way that applies "
+                         "(default: off, one reference)")
     args = ap.parse_args(argv)
     try:
         levels = [int(x) for x in args.levels.split(",")]
+        ways = args.ways.split(",") if args.ways is not None else None
         write(args.out, args.train, args.eval, levels, args.code_share, args.seed,
-              args.verbose_share, args.held_out)
+              args.verbose_share, args.held_out, ways=ways)
     except ValueError as e:
         ap.exit(2, f"error: {e}\n")
     return 0

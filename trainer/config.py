@@ -108,7 +108,8 @@ class WarmStartSettings:
     response_template: str = "\\boxed{{{answer}}}"
     """Target response for a problem, formatted with ``answer`` (the ground truth) and the
     problem's string ``extra`` fields: ``"{reference}"`` trains on the toy world's reference
-    responses (datasets/toyworld.py)."""
+    responses (datasets/toyworld.py). A field that is a list of strings (the toy world's
+    ``"{references}"`` with ``--ways``) is one element, drawn uniformly per problem per step."""
 
 
 @dataclass
