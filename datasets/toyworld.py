@@ -80,21 +80,28 @@ _ENUMERATE_BELOW = 500_000  # levels with fewer problems are drawn from the full
 # One problem
 # ---------------------------------------------------------------------------------------------
 
-def scratchpad(a: int, b: int) -> str:
-    """The column-addition steps for ``a + b``, units first: ``x+y[+carry]=s:r`` per column,
-    ``r`` the result digits found so far (the last column writes its whole sum)."""
+def _columns(a: int, b: int) -> list[tuple[int, int, int, int, str]]:
+    """The columns of ``a + b``, units first: ``(x, y, carry in, column sum, result so far)``,
+    the result being the digits found so far (the last column writes its whole sum)."""
     da, db = str(a)[::-1], str(b)[::-1]
     width = max(len(da), len(db))
-    steps, carry, result = [], 0, ""
+    cols, carry, result = [], 0, ""
     for i in range(width):
         x = int(da[i]) if i < len(da) else 0
         y = int(db[i]) if i < len(db) else 0
         s = x + y + carry
         result = (str(s) if i == width - 1 else str(s % 10)) + result
-        steps.append(f"{x}+{y}" + (f"+{carry}" if carry else "") + f"={s}:{result}")
+        cols.append((x, y, carry, s, result))
         carry = s // 10
     assert int(result) == a + b
-    return " ".join(steps)
+    return cols
+
+
+def scratchpad(a: int, b: int) -> str:
+    """The column-addition steps for ``a + b``, units first: ``x+y[+carry]=s:r`` per column,
+    ``r`` the result digits found so far (the last column writes its whole sum)."""
+    return " ".join(f"{x}+{y}" + (f"+{c}" if c else "") + f"={s}:{r}"
+                    for x, y, c, s, r in _columns(a, b))
 
 
 WAYS = ("units", "carry", "swap", "copy")
@@ -109,21 +116,10 @@ def way_scratchpad(a: int, b: int, way: str) -> str:
         return scratchpad(a, b)
     if way not in ("carry", "swap"):
         raise ValueError(f"no scratchpad for way {way!r}; scratchpads: units, carry, swap")
-    da, db = str(a)[::-1], str(b)[::-1]
-    width = max(len(da), len(db))
-    steps, carry, result = [], 0, ""
-    for i in range(width):
-        x = int(da[i]) if i < len(da) else 0
-        y = int(db[i]) if i < len(db) else 0
-        s = x + y + carry
-        result = (str(s) if i == width - 1 else str(s % 10)) + result
-        if way == "carry":
-            steps.append(f"{x}+{y}+{carry}={s}:{result}")
-        else:
-            steps.append(f"{y}+{x}" + (f"+{carry}" if carry else "") + f"={s}:{result}")
-        carry = s // 10
-    assert int(result) == a + b
-    return " ".join(steps)
+    if way == "carry":
+        return " ".join(f"{x}+{y}+{c}={s}:{r}" for x, y, c, s, r in _columns(a, b))
+    return " ".join(f"{y}+{x}" + (f"+{c}" if c else "") + f"={s}:{r}"
+                    for x, y, c, s, r in _columns(a, b))
 
 
 def way_reference(a: int, b: int, domain: str, way: str, verbose: bool = False) -> str | None:
