@@ -35,8 +35,9 @@ def choice_fields(template: str, problem: Problem) -> dict[str, list[str]]:
     """The fields of ``template`` that are lists of strings in the problem's ``extra`` (e.g.
     the toy world's ``references``, one correct response per way): the warm start draws one
     element of each, uniformly, per problem per step."""
+    names = template_fields(template)  # once, not once per extra field
     return {k: v for k, v in problem.extra.items()
-            if k in template_fields(template) and isinstance(v, list) and v
+            if k in names and isinstance(v, list) and v
             and all(isinstance(x, str) for x in v)}
 
 
