@@ -43,6 +43,8 @@ Goals (PASS/FAIL/SKIP/INFO; exit 1 on any FAIL):
   run's age; this compares the fleet's capacity early and late. Raw items/s are printed too,
   and the host's load average: on a shared machine other jobs' CPU moves this ratio as well;
 - RSS and fd growth of the steady replica < 1 %/hour (SKIP when the fit spans < --min-fit-s);
+  the same fit per kind of process (server, forkserver, workers, other) for RSS and USS, and of
+  the replica's PSS, are INFO lines that say which process grows;
 - no leftover process, /dev/shm entry, cgroup, or scratch of an incarnation stopped with
   SIGTERM; scratch of SIGKILLed incarnations (not swept by their successors) is a goal of its
   own.
@@ -269,12 +271,27 @@ class Replica:
             return sum(_safe(lambda: f(p), 0) for p in own)  # noqa: B023 - called at once
 
         by_kind: dict[str, float] = defaultdict(float)
+        # USS (pages only this process maps) and PSS (shared pages split among their mappers),
+        # from smaps: RSS counts a page the forkserver shares with every worker once per worker,
+        # so a worker's RSS grows as it merely touches inherited pages. INFO beside the RSS goal.
+        uss_by_kind: dict[str, float] = defaultdict(float)
+        n_by_kind: dict[str, int] = defaultdict(int)
+        pss = 0.0
         for p in own:
-            by_kind[_kind(p, root.pid)] += _safe(lambda: p.memory_info().rss, 0) / 2**20  # noqa: B023
+            kind = _kind(p, root.pid)
+            by_kind[kind] += _safe(lambda: p.memory_info().rss, 0) / 2**20  # noqa: B023
+            full = _safe(p.memory_full_info, None)
+            if full is not None:
+                uss_by_kind[kind] += full.uss / 2**20
+                pss += full.pss / 2**20
+            n_by_kind[kind] += 1
         return {"alive": True, "rss_mb": total(lambda p: p.memory_info().rss) / 2**20,
+                "pss_mb": pss,
                 "fds": total(lambda p: p.num_fds()), "threads": total(lambda p: p.num_threads()),
                 "procs": len(own), "sandboxes": len(nsjails),
-                "rss_mb_by_kind": {k: by_kind.get(k, 0.0) for k in PROCESS_KINDS}}
+                "rss_mb_by_kind": {k: by_kind.get(k, 0.0) for k in PROCESS_KINDS},
+                "uss_mb_by_kind": {k: uss_by_kind.get(k, 0.0) for k in PROCESS_KINDS},
+                "procs_by_kind": {k: n_by_kind.get(k, 0) for k in PROCESS_KINDS}}
 
 
 PROCESS_KINDS = ("server", "forkserver", "workers", "other")
@@ -552,6 +569,14 @@ def print_report(rep: dict) -> None:
         print(f"  of which {kind:10s}: mean {fit.get('mean', 0):7.1f} MB, "
               f"{fmt(fit.get('per_hour'), '+.1f')} MB/hour "
               f"({fmt(fit['pct_per_hour'], '+.2f')} %/hour of its own)")
+    if "pss_growth" in rep:
+        fit = rep["pss_growth"]
+        print(f"steady replica pss_mb (INFO): mean {fit.get('mean', 0):.1f}, "
+              f"{fmt(fit.get('per_hour'), '+.1f')} MB/hour ({fmt(fit['pct_per_hour'], '+.2f')} %/hour)")
+    for kind, fit in rep.get("uss_growth_by_kind", {}).items():
+        print(f"  uss of {kind:10s}: mean {fit.get('mean', 0):7.1f} MB, "
+              f"{fmt(fit.get('per_hour'), '+.1f')} MB/hour "
+              f"({fmt(fit['pct_per_hour'], '+.2f')} %/hour of its own)")
     longest = max((o["seen_s"] for o in rep["orphans"]), default=0)
     print(f"orphans of killed replicas: {len(rep['orphans'])}, longest seen {longest:.0f} s")
     for key, v in rep["leftovers"].items():
@@ -696,6 +721,10 @@ def soak(args: argparse.Namespace, scratch: Path) -> int:
         # Which process grows: the same fit per kind of process (INFO, not a goal).
         "rss_growth_by_kind": {
             k: fit_growth([s["t_s"] for s in fit], [s["steady"]["rss_mb_by_kind"][k] for s in fit])
+            for k in PROCESS_KINDS},
+        "pss_growth": fit_growth([s["t_s"] for s in fit], [s["steady"]["pss_mb"] for s in fit]),
+        "uss_growth_by_kind": {
+            k: fit_growth([s["t_s"] for s in fit], [s["steady"]["uss_mb_by_kind"][k] for s in fit])
             for k in PROCESS_KINDS},
         "orphans": [{"pid": pid, "first_s": a, "seen_s": b - a, "cmd": cmd}
                     for pid, (a, b, cmd) in sorted(seen_orphans.items())],
