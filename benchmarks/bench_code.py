@@ -12,6 +12,11 @@ Two workloads:
   CPU per test), a few that time out (2 s test limit); it also reports the "bucket effect": the
   time a training step waits on its slowest sample, against the median sample.
 
+``--subset correct|wrong`` keeps only the samples whose program is right, or wrong (the two
+halves cost differently: a wrong sample stops at its first failing test). Besides the ratio it
+prints samples per CPU-second of the whole machine (``/proc/stat``, kernel threads included:
+meaningful on an otherwise idle machine) and per core.
+
 Baseline and candidate alternate for ``--rounds`` rounds (the machine is shared); the ratios'
 median is the result. The last candidate run prints the measured CPU breakdown per sample
 (docs/verifier.md 3).
@@ -31,6 +36,7 @@ process trees, median per jail, ``--rounds`` rounds of ``--n`` jails each:
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import subprocess
 import sys
@@ -126,9 +132,12 @@ def _lines(s: str) -> list[str]:
     return out
 
 
-def baseline(samples: list[dict], parallel: int = 2) -> tuple[float, int, float]:
+def baseline(samples: list[dict], parallel: int = 2) -> tuple[float, int, float, float]:
     """Samples/s of the naive way: a fresh python3 per test, ``parallel`` at a time, no
-    isolation. Returns (rate, number judged correct, slowest sample's seconds)."""
+    isolation. Returns (rate, number judged correct, slowest sample's seconds, the whole
+    machine's busy CPU seconds per sample)."""
+    from common import machine_cpu_s
+
     tmp = Path(tempfile.mkdtemp(prefix="bench-code-"))
 
     def run_sample(s: dict) -> tuple[bool, float]:
@@ -151,11 +160,12 @@ def baseline(samples: list[dict], parallel: int = 2) -> tuple[float, int, float]
 
     # Tests of one sample run one after another (a failure stops the sample, as in the
     # verifier); two samples run at a time, so two python3 processes are alive at once.
-    start = time.perf_counter()
+    start, cpu0 = time.perf_counter(), machine_cpu_s()
     with ThreadPoolExecutor(parallel) as ex:
         out = list(ex.map(run_sample, samples))
     rate = len(samples) / (time.perf_counter() - start)
-    return rate, sum(ok for ok, _ in out), max(t for _, t in out)
+    cpu = (machine_cpu_s() - cpu0) / len(samples)
+    return rate, sum(ok for ok, _ in out), max(t for _, t in out), cpu
 
 
 def jail_cpu(n: int, rounds: int) -> None:
@@ -230,6 +240,9 @@ def main() -> None:
                     help="the server's --code-concurrency (default 0: --workers)")
     ap.add_argument("--warm-jails", default="None",
                     help="the server's --warm-jails (default None: one per code slot; 0: off)")
+    ap.add_argument("--subset", choices=("all", "correct", "wrong"), default="all",
+                    help="judge only the samples whose program is right (correct) or wrong "
+                         "(wrong); default all (simple: half wrong)")
     ap.add_argument("--jail-cpu", action="store_true",
                     help="measure the CPU of one cold jail by stage instead (no server)")
     args = ap.parse_args()
@@ -238,29 +251,44 @@ def main() -> None:
         return
     args.n = args.n or 200
     samples = make_samples(args.n, workload=args.workload)
+    if args.subset != "all":
+        # make_samples draws the wrong programs from WRONG; a LOOPS program is neither
+        right = {t[0] for t in TASKS} | {HEAVY[0]}
+        samples = [s for s in samples
+                   if (s["program"].split("\n", 1)[1] in right) == (args.subset == "correct")
+                   and s["program"].split("\n", 1)[1] != LOOPS]
     items = [{k: v for k, v in s.items() if k != "program"} for s in samples]
     warmup = [dict(it, id=f"w{it['id']}") for it in items[:10]]
-    bases, cands, ratios = [], [], []
+    bases, cands, ratios, base_cpus, cand_cpus = [], [], [], [], []
     run = None
     for k in range(args.rounds):
-        base, base_correct, base_slowest = baseline(samples)
+        base, base_correct, base_slowest, base_cpu = baseline(samples)
+        base_cpus.append(base_cpu)
         run = stream_run(items, args.workers, warmup,
                          extra_args=("--code-concurrency", str(args.code_concurrency),
                                      "--warm-jails", args.warm_jails))
         bases.append(base)
         cands.append(run.rate)
+        cand_cpus.append(run.machine_cpu)
         ratios.append(run.rate / base)
         print(f"round {k + 1}: baseline {base:6.1f}/s  candidate {run.rate:6.1f}/s  "
               f"ratio {ratios[-1]:.2f}", flush=True)
     assert run is not None
     tests = sum(len(s["ground_truth"]["inputs"]) for s in samples)
-    print(f"samples: {args.n} ({args.workload}: {tests} tests); naive judged {base_correct} "
+    print(f"samples: {len(samples)} ({args.workload}, {args.subset}: {tests} tests); naive judged {base_correct} "
           f"correct; verifier verdicts: {run.counts}")
     print(f"baseline  (unsandboxed, python3 per test, 2 at a time): {median(bases):7.1f} samples/s")
     print(f"candidate (verifier serve --workers {args.workers} --code-concurrency "
           f"{args.code_concurrency} --warm-jails {args.warm_jails}, nsjail): {median(cands):7.1f} samples/s")
     print(f"ratio candidate / baseline, median of {args.rounds}: {median(ratios):.2f}  "
           f"(goal >= {2.0 if args.workload == 'simple' else 1.0})")
+    cores = os.cpu_count() or 1
+    # Per machine CPU-second: what a fleet is sized by (the whole machine's busy CPU over the
+    # run, kernel threads included; an idle machine's figure only).
+    print(f"samples per machine CPU-second: baseline {1 / median(base_cpus):.1f}, candidate "
+          f"{1 / median(cand_cpus):.1f} (CPU ms per sample {median(base_cpus) * 1e3:.1f} and "
+          f"{median(cand_cpus) * 1e3:.1f}); per core ({cores} cores): baseline "
+          f"{median(bases) / cores:.1f}/s, candidate {median(cands) / cores:.1f}/s")
     lat = sorted(run.latencies)
     if args.workload == "lcb":
         # Bucket effect: a step that sends all these samples at once waits for the last one.

@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_code import _lines, make_samples  # noqa: E402
+from common import machine_cpu_s  # noqa: E402
 
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
 CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x10000000, 0x20000000, 0x40000000
@@ -70,14 +71,6 @@ def _check(rc: int, what: str) -> None:
 def _mount(src: str, dst: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     _check(_libc.mount(src.encode(), dst.encode(), fstype.encode() if fstype else None,
                        ctypes.c_ulong(flags), data.encode() if data else None), f"mount {dst}")
-
-
-def machine_cpu_s() -> float:
-    """Busy CPU seconds of the whole machine so far (user, nice, system, irq, softirq, steal)."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6] + fields[7]) / os.sysconf(
-        "SC_CLK_TCK")
 
 
 def naive(sample: dict, tmp: Path) -> bool:

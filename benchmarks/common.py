@@ -45,6 +45,19 @@ class Run:
     """Seconds from the stream's start to each item's result, in item order."""
     results: list = field(default_factory=list)
     """The Results, in the order they came."""
+    machine_cpu: float = 0.0
+    """Busy CPU seconds per item of the whole machine over the stream (every process and the
+    kernel's threads: meaningful only on an otherwise idle machine)."""
+
+
+def machine_cpu_s() -> float:
+    """Busy CPU seconds of the whole machine so far (user, nice, system, irq, softirq, steal
+    from /proc/stat): what a CPU-bound machine spends, including kernel work (a network
+    namespace's deferred cleanup, say) that no process is charged for."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6] + fields[7]) / os.sysconf(
+        "SC_CLK_TCK")
 
 
 def _scrape(port: int) -> dict[tuple[str, str], float]:
@@ -125,7 +138,7 @@ def stream_run(items: list[dict], workers: int, warmup: list[dict], *, breakdown
                 # the previous stream's last results are booked a moment after they are read
                 time.sleep(0.3)
                 m0, s0 = _scrape(server.metrics_port), tree_cpu(server.proc.pid)
-            c0 = time.process_time()
+            c0, mc0 = time.process_time(), machine_cpu_s()
             start = time.perf_counter()
             order = {it["id"]: i for i, it in enumerate(items)}
             latencies = [0.0] * len(items)
@@ -136,7 +149,8 @@ def stream_run(items: list[dict], workers: int, warmup: list[dict], *, breakdown
             wall = time.perf_counter() - start
             c1 = time.process_time()
             run = Run(len(items) / wall, dict(Counter(r.status.value for r in results)), wall,
-                      len(items), latencies=latencies, results=results)
+                      len(items), latencies=latencies, results=results,
+                      machine_cpu=(machine_cpu_s() - mc0) / len(items))
             if breakdown:
                 time.sleep(0.3)
                 m1, s1 = _scrape(server.metrics_port), tree_cpu(server.proc.pid)
