@@ -132,6 +132,29 @@ def _lines(s: str) -> list[str]:
     return out
 
 
+def naive_sample(s: dict, tmp: Path) -> bool:
+    """Judge one sample the naive way: its program written to ``tmp``, a fresh ``python3 -S``
+    per test, stopping at the first failure. True when every test passes."""
+    path = tmp / f"{s['id']}.py"
+    path.write_text(s["program"])
+    timeout = s.get("limits", {}).get("test_timeout_s", 6)
+    for x, y in zip(s["ground_truth"]["inputs"], s["ground_truth"]["outputs"]):
+        try:
+            p = subprocess.run([sys.executable, "-S", str(path)], input=x, capture_output=True,
+                               text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        if p.returncode != 0 or _lines(p.stdout) != _lines(y):
+            return False
+    return True
+
+
+def program_is_right(s: dict) -> bool:
+    """Whether a sample of ``make_samples`` carries a right program (one of TASKS or HEAVY),
+    not one of WRONG or LOOPS."""
+    return s["program"].split("\n", 1)[1] in {t[0] for t in TASKS} | {HEAVY[0]}
+
+
 def baseline(samples: list[dict], parallel: int = 2) -> tuple[float, int, float, float]:
     """Samples/s of the naive way: a fresh python3 per test, ``parallel`` at a time, no
     isolation. Returns (rate, number judged correct, slowest sample's seconds, the whole
@@ -142,21 +165,7 @@ def baseline(samples: list[dict], parallel: int = 2) -> tuple[float, int, float,
 
     def run_sample(s: dict) -> tuple[bool, float]:
         t0 = time.perf_counter()
-        return run_tests(s), time.perf_counter() - t0
-
-    def run_tests(s: dict) -> bool:
-        path = tmp / f"{s['id']}.py"
-        path.write_text(s["program"])
-        timeout = s.get("limits", {}).get("test_timeout_s", 6)
-        for x, y in zip(s["ground_truth"]["inputs"], s["ground_truth"]["outputs"]):
-            try:
-                p = subprocess.run([sys.executable, "-S", str(path)], input=x, capture_output=True,
-                                   text=True, timeout=timeout)
-            except subprocess.TimeoutExpired:
-                return False
-            if p.returncode != 0 or _lines(p.stdout) != _lines(y):
-                return False
-        return True
+        return naive_sample(s, tmp), time.perf_counter() - t0
 
     # Tests of one sample run one after another (a failure stops the sample, as in the
     # verifier); two samples run at a time, so two python3 processes are alive at once.
@@ -181,8 +190,7 @@ def jail_cpu(n: int, rounds: int) -> None:
         r = resource.getrusage(resource.RUSAGE_CHILDREN)
         return r.ru_utime + r.ru_stime
 
-    correct = [s for s in make_samples(50) if s["program"].split("\n", 1)[1] in
-               {t[0] for t in TASKS}][:5]
+    correct = [s for s in make_samples(50) if program_is_right(s)][:5]
     sb = NsjailSandbox(warm=0)
     sb.self_test()
     lim = SandboxLimits(wall_s=10, cpu_s=5)
@@ -252,11 +260,7 @@ def main() -> None:
     args.n = args.n or 200
     samples = make_samples(args.n, workload=args.workload)
     if args.subset != "all":
-        # make_samples draws the wrong programs from WRONG; a LOOPS program is neither
-        right = {t[0] for t in TASKS} | {HEAVY[0]}
-        samples = [s for s in samples
-                   if (s["program"].split("\n", 1)[1] in right) == (args.subset == "correct")
-                   and s["program"].split("\n", 1)[1] != LOOPS]
+        samples = [s for s in samples if program_is_right(s) == (args.subset == "correct")]
     items = [{k: v for k, v in s.items() if k != "program"} for s in samples]
     warmup = [dict(it, id=f"w{it['id']}") for it in items[:10]]
     bases, cands, ratios, base_cpus, cand_cpus = [], [], [], [], []

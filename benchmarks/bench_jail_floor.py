@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,7 +45,7 @@ from statistics import median
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_code import _lines, make_samples  # noqa: E402
+from bench_code import _lines, make_samples, naive_sample  # noqa: E402
 from common import machine_cpu_s  # noqa: E402
 
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
@@ -71,17 +70,6 @@ def _check(rc: int, what: str) -> None:
 def _mount(src: str, dst: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     _check(_libc.mount(src.encode(), dst.encode(), fstype.encode() if fstype else None,
                        ctypes.c_ulong(flags), data.encode() if data else None), f"mount {dst}")
-
-
-def naive(sample: dict, tmp: Path) -> bool:
-    path = tmp / f"{sample['id']}.py"
-    path.write_text(sample["program"])
-    for x, y in zip(sample["ground_truth"]["inputs"], sample["ground_truth"]["outputs"]):
-        p = subprocess.run([sys.executable, "-S", str(path)], input=x, capture_output=True,
-                           text=True, timeout=10)
-        if p.returncode != 0 or _lines(p.stdout) != _lines(y):
-            return False
-    return True
 
 
 def _read_all(fd: int) -> bytes:
@@ -255,14 +243,14 @@ def main() -> None:
     os.chmod(work.name, 0o755)
     for controller in CGROUPS_V1:
         os.makedirs(f"/sys/fs/cgroup/{controller}/jail-floor-bench", exist_ok=True)
-    want = [naive(s, tmp) for s in samples[:20]]
+    want = [naive_sample(s, tmp) for s in samples[:20]]
     sb = NsjailSandbox(warm=0)
     sb.self_test()
 
     def nsjail(s: dict) -> bool:
         return score_code(s["response"], s["ground_truth"], Limits(), sb).status.name == "CORRECT"
 
-    modes = {"naive": lambda s: naive(s, tmp), "forked": forked,
+    modes = {"naive": lambda s: naive_sample(s, tmp), "forked": forked,
              "floor": lambda s: floor(s, root), "floor+cg": lambda s: floor(s, root, True),
              "nsjail": nsjail}
     for name, fn in modes.items():  # the same verdicts, and every path warm once
