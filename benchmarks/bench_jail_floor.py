@@ -18,6 +18,9 @@ benchmark's workload (``bench_code.make_samples``: 5 stdin/stdout tests, half of
   costs more than this;
 - ``floor+cg``: the floor, each jail also in a memory, pids and cpu cgroup (v1) of its own with
   the limits nsjail writes, made before and removed after the sample, as nsjail does;
+- ``1proc+cg``: ``floor+cg`` with the sample's tests run one after another in the jail's PID 1
+  (stdin and stdout in memory), LiveCodeBench's own judge's model, where a test can see the
+  state earlier tests left: what a change of the judging rules, not of the sandbox, would buy;
 - ``forked``: the floor's processes without its namespaces, mounts and chroot (a fork per
   sample, a fork per test): the floor minus this is the kernel's work for the isolation;
 - ``nsjail``: a cold jail per sample through the judge (``score_code`` on ``NsjailSandbox``
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import io
 import os
 import sys
 import tempfile
@@ -107,12 +111,27 @@ def _run_test(code, stdin_text: str) -> bytes:
     return out if os.waitstatus_to_exitcode(status) == 0 else None
 
 
-def _jail_pid1(sample: dict, root: str | None) -> int:
+def _run_test_here(code, stdin_text: str) -> bytes | None:
+    """One test in this very process (LiveCodeBench's own judge's model: a sample's tests share
+    one process), stdin and stdout swapped for in-memory files."""
+    saved = sys.stdin, sys.stdout
+    sys.stdin, sys.stdout = io.StringIO(stdin_text), io.StringIO()
+    try:
+        exec(code, {"__name__": "__main__"})
+        return sys.stdout.getvalue().encode()
+    except BaseException:  # noqa: BLE001 - the program's failure
+        return None
+    finally:
+        sys.stdin, sys.stdout = saved
+
+
+def _jail_pid1(sample: dict, root: str | None, one_process: bool = False) -> int:
     if root is not None:
         _enter_root(root)
     code = compile(sample["program"], "<program>", "exec")
+    run = _run_test_here if one_process else _run_test
     for x, y in zip(sample["ground_truth"]["inputs"], sample["ground_truth"]["outputs"]):
-        out = _run_test(code, x)
+        out = run(code, x)
         if out is None or _lines(out.decode()) != _lines(y):
             return 1
     return 0
@@ -169,10 +188,10 @@ def _cgroups_enter(pid: int, n: int) -> list[str]:
 _n_jails = 0
 
 
-def floor(sample: dict, root: str, cgroups: bool = False) -> bool:
+def floor(sample: dict, root: str, cgroups: bool = False, one_process: bool = False) -> bool:
     """One sample in fresh namespaces forked from this (warm) process; see the docstring.
     ``cgroups``: also in a memory, pids and cpu cgroup of its own, made and removed as nsjail
-    does."""
+    does; ``one_process``: its tests run one after another in the jail's PID 1."""
     global _n_jails
     _n_jails += 1
     go_r, go_w = os.pipe()
@@ -192,7 +211,7 @@ def floor(sample: dict, root: str, cgroups: bool = False) -> bool:
             if inner == 0:
                 code = 2
                 try:
-                    code = _jail_pid1(sample, root)
+                    code = _jail_pid1(sample, root, one_process)
                 except BaseException as e:  # noqa: BLE001 - said, then the jail's exit code
                     print(f"floor jail: {e!r}", file=sys.stderr, flush=True)
                 finally:
@@ -252,7 +271,7 @@ def main() -> None:
 
     modes = {"naive": lambda s: naive_sample(s, tmp), "forked": forked,
              "floor": lambda s: floor(s, root), "floor+cg": lambda s: floor(s, root, True),
-             "nsjail": nsjail}
+             "1proc+cg": lambda s: floor(s, root, True, one_process=True), "nsjail": nsjail}
     for name, fn in modes.items():  # the same verdicts, and every path warm once
         got = [fn(s) for s in samples[:20]]
         if got != want:
@@ -282,7 +301,7 @@ def main() -> None:
         print(f"  {m:8s} CPU {median(cpu[m]):6.2f} ms  wall {median(wall[m]):6.2f} ms  "
               f"(CPU by round: " + ", ".join(f"{x:.2f}" for x in cpu[m]) + ")")
     base = median(cpu["naive"])
-    for m in ("forked", "floor", "floor+cg", "nsjail"):
+    for m in ("forked", "floor", "floor+cg", "1proc+cg", "nsjail"):
         print(f"  throughput bound on a CPU-bound machine, {m} / naive = naive CPU / {m} CPU: "
               f"{base / median(cpu[m]):.2f}")
 
