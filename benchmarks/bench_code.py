@@ -161,7 +161,8 @@ def baseline(samples: list[dict], parallel: int = 2) -> tuple[float, int, float,
     machine's busy CPU seconds per sample)."""
     from common import machine_cpu_s
 
-    tmp = Path(tempfile.mkdtemp(prefix="bench-code-"))
+    work = tempfile.TemporaryDirectory(prefix="bench-code-")
+    tmp = Path(work.name)
 
     def run_sample(s: dict) -> tuple[bool, float]:
         t0 = time.perf_counter()
@@ -174,6 +175,7 @@ def baseline(samples: list[dict], parallel: int = 2) -> tuple[float, int, float,
         out = list(ex.map(run_sample, samples))
     rate = len(samples) / (time.perf_counter() - start)
     cpu = (machine_cpu_s() - cpu0) / len(samples)
+    work.cleanup()
     return rate, sum(ok for ok, _ in out), max(t for _, t in out), cpu
 
 
