@@ -11,9 +11,11 @@ of them wrong), in one of two mixes:
 
 Baseline and candidate alternate for ``--rounds`` rounds (the machine is shared: interleaving
 spreads the load over both); the ratios' median is the result. The last candidate run prints
-the measured CPU breakdown per item (docs/verifier.md 3).
+the measured CPU breakdown per item (docs/verifier.md 3). ``--batch N`` sends the candidate's
+items as unary ``Score`` calls of N items (4 in flight) instead of a message per item on one
+stream: what the per-message cost of the stream is.
 
-    .venv/bin/python benchmarks/bench_math.py [--n 3000] [--mix light|heavy] [--rounds 3]
+    .venv/bin/python benchmarks/bench_math.py [--n 3000] [--mix light|heavy] [--rounds 3] [--batch N]
 """
 
 from __future__ import annotations
@@ -98,6 +100,9 @@ def main() -> None:
     ap.add_argument("--before", type=Path, default=None,
                     help="a checkout of the code before a change (git archive REV | tar -x -C "
                          "DIR): its server runs in every round too, for a before/after ratio")
+    ap.add_argument("--batch", type=int, default=0,
+                    help="send unary Score calls of this many items (4 in flight) instead of "
+                         "one stream with a message per item (default 0: the stream)")
     args = ap.parse_args()
     items = make_items(args.n, mix=args.mix)
     warmup = make_items(50, seed=99, mix=args.mix)
@@ -108,7 +113,7 @@ def main() -> None:
         if args.before is not None:
             old = stream_run(items, args.workers, warmup, breakdown=False, root=args.before)
             befores.append(old.rate / (2 * base))
-        run = stream_run(items, args.workers, warmup)
+        run = stream_run(items, args.workers, warmup, batch=args.batch)
         bases.append(base)
         cands.append(run.rate)
         ratios.append(run.rate / (2 * base))
@@ -122,7 +127,8 @@ def main() -> None:
     print(f"items: {args.n} unique, {args.mix} mix; verdicts over gRPC: {run.counts}")
     print(f"baseline  (plain math-verify loop, 1 process): {median(bases):8.1f} items/s  "
           f"(x2 = {2 * median(bases):.1f})")
-    print(f"candidate (verifier serve --workers {args.workers}, gRPC stream): "
+    how = f"unary Score calls of {args.batch} items" if args.batch else "gRPC stream"
+    print(f"candidate (verifier serve --workers {args.workers}, {how}): "
           f"{median(cands):8.1f} items/s")
     print(f"ratio candidate / (2 x baseline), median of {args.rounds}: {median(ratios):.2f}  "
           f"(goal >= {GOALS[args.mix]})")

@@ -19,6 +19,7 @@ import os
 import time
 import urllib.request
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,12 +119,19 @@ def _client_codec(items: list[dict], results: list) -> tuple[float, float]:
     return (t1 - t0) / n, (t3 - t2) / n
 
 
+BATCHES_IN_FLIGHT = 4
+"""With ``stream_run(batch=N)``: unary ``Score`` calls of N items each kept in flight at once."""
+
+
 def stream_run(items: list[dict], workers: int, warmup: list[dict], *, breakdown: bool = True,
-               extra_args: tuple[str, ...] = (), root: Path | None = None) -> Run:
+               extra_args: tuple[str, ...] = (), root: Path | None = None,
+               batch: int = 0) -> Run:
     """One client streaming ``items`` through a new ``verifier serve --workers N`` (after
     ``warmup`` warms the connection and the workers): items/s, verdict counts and, with
     ``breakdown``, the measured CPU per item of each stage. ``root``: serve the verifier of
-    another checkout (a "before" build)."""
+    another checkout (a "before" build). ``batch``: send the items as unary ``Score`` calls
+    of that many items, ``BATCHES_IN_FLIGHT`` at a time, instead of one ``ScoreStream`` with a
+    message per item (latencies are then each batch's)."""
     from verifier.client import VerifierClient
     from verifier.local import LocalVerifier
 
@@ -143,9 +151,21 @@ def stream_run(items: list[dict], workers: int, warmup: list[dict], *, breakdown
             order = {it["id"]: i for i, it in enumerate(items)}
             latencies = [0.0] * len(items)
             results = []
-            for r in client.stream(items):
-                latencies[order[r.id]] = time.perf_counter() - start
-                results.append(r)
+            if batch:
+                def score(chunk: list[dict]) -> list:
+                    out = client.score(chunk)
+                    done = time.perf_counter() - start
+                    for r in out:
+                        latencies[order[r.id]] = done
+                    return out
+
+                chunks = [items[i:i + batch] for i in range(0, len(items), batch)]
+                with ThreadPoolExecutor(BATCHES_IN_FLIGHT) as ex:
+                    results = [r for out in ex.map(score, chunks) for r in out]
+            else:
+                for r in client.stream(items):
+                    latencies[order[r.id]] = time.perf_counter() - start
+                    results.append(r)
             wall = time.perf_counter() - start
             c1 = time.process_time()
             run = Run(len(items) / wall, dict(Counter(r.status.value for r in results)), wall,
