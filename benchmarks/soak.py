@@ -270,23 +270,23 @@ class Replica:
         def total(f) -> float:
             return sum(_safe(lambda: f(p), 0) for p in own)  # noqa: B023 - called at once
 
+        # One smaps read per process gives its RSS, USS (pages only this process maps) and PSS
+        # (shared pages split among their mappers): RSS counts a page the forkserver shares with
+        # every worker once per worker, so a worker's RSS grows as it merely touches inherited
+        # pages. USS and PSS are INFO beside the RSS goal.
         by_kind: dict[str, float] = defaultdict(float)
-        # USS (pages only this process maps) and PSS (shared pages split among their mappers),
-        # from smaps: RSS counts a page the forkserver shares with every worker once per worker,
-        # so a worker's RSS grows as it merely touches inherited pages. INFO beside the RSS goal.
         uss_by_kind: dict[str, float] = defaultdict(float)
         n_by_kind: dict[str, int] = defaultdict(int)
         pss = 0.0
         for p in own:
             kind = _kind(p, root.pid)
-            by_kind[kind] += _safe(lambda: p.memory_info().rss, 0) / 2**20  # noqa: B023
-            full = _safe(p.memory_full_info, None)
-            if full is not None:
-                uss_by_kind[kind] += full.uss / 2**20
-                pss += full.pss / 2**20
             n_by_kind[kind] += 1
-        return {"alive": True, "rss_mb": total(lambda p: p.memory_info().rss) / 2**20,
-                "pss_mb": pss,
+            mem = _safe(p.memory_full_info, None)
+            if mem is not None:
+                by_kind[kind] += mem.rss / 2**20
+                uss_by_kind[kind] += mem.uss / 2**20
+                pss += mem.pss / 2**20
+        return {"alive": True, "rss_mb": sum(by_kind.values()), "pss_mb": pss,
                 "fds": total(lambda p: p.num_fds()), "threads": total(lambda p: p.num_threads()),
                 "procs": len(own), "sandboxes": len(nsjails),
                 "rss_mb_by_kind": {k: by_kind.get(k, 0.0) for k in PROCESS_KINDS},
@@ -565,18 +565,15 @@ def print_report(rep: dict) -> None:
         print(f"steady replica {key}: mean {fit.get('mean', 0):.1f}, "
               f"{fmt(fit['pct_per_hour'], '+.2f')} %/hour over {fit['span_s']:.0f} s "
               f"({fit['samples']} samples after the first window)")
-    for kind, fit in rep.get("rss_growth_by_kind", {}).items():
-        print(f"  of which {kind:10s}: mean {fit.get('mean', 0):7.1f} MB, "
-              f"{fmt(fit.get('per_hour'), '+.1f')} MB/hour "
-              f"({fmt(fit['pct_per_hour'], '+.2f')} %/hour of its own)")
     if "pss_growth" in rep:
         fit = rep["pss_growth"]
         print(f"steady replica pss_mb (INFO): mean {fit.get('mean', 0):.1f}, "
               f"{fmt(fit.get('per_hour'), '+.1f')} MB/hour ({fmt(fit['pct_per_hour'], '+.2f')} %/hour)")
-    for kind, fit in rep.get("uss_growth_by_kind", {}).items():
-        print(f"  uss of {kind:10s}: mean {fit.get('mean', 0):7.1f} MB, "
-              f"{fmt(fit.get('per_hour'), '+.1f')} MB/hour "
-              f"({fmt(fit['pct_per_hour'], '+.2f')} %/hour of its own)")
+    for label, key in (("rss", "rss_growth_by_kind"), ("uss", "uss_growth_by_kind")):
+        for kind, fit in rep.get(key, {}).items():
+            print(f"  {label} of {kind:10s}: mean {fit.get('mean', 0):7.1f} MB, "
+                  f"{fmt(fit.get('per_hour'), '+.1f')} MB/hour "
+                  f"({fmt(fit['pct_per_hour'], '+.2f')} %/hour of its own)")
     longest = max((o["seen_s"] for o in rep["orphans"]), default=0)
     print(f"orphans of killed replicas: {len(rep['orphans'])}, longest seen {longest:.0f} s")
     for key, v in rep["leftovers"].items():
@@ -719,13 +716,10 @@ def soak(args: argparse.Namespace, scratch: Path) -> int:
         "growth": {k: fit_growth([s["t_s"] for s in fit], [s["steady"][k] for s in fit])
                    for k in ("rss_mb", "fds")},
         # Which process grows: the same fit per kind of process (INFO, not a goal).
-        "rss_growth_by_kind": {
-            k: fit_growth([s["t_s"] for s in fit], [s["steady"]["rss_mb_by_kind"][k] for s in fit])
-            for k in PROCESS_KINDS},
+        **{f"{m}_growth_by_kind": {
+            k: fit_growth([s["t_s"] for s in fit], [s["steady"][f"{m}_mb_by_kind"][k] for s in fit])
+            for k in PROCESS_KINDS} for m in ("rss", "uss")},
         "pss_growth": fit_growth([s["t_s"] for s in fit], [s["steady"]["pss_mb"] for s in fit]),
-        "uss_growth_by_kind": {
-            k: fit_growth([s["t_s"] for s in fit], [s["steady"]["uss_mb_by_kind"][k] for s in fit])
-            for k in PROCESS_KINDS},
         "orphans": [{"pid": pid, "first_s": a, "seen_s": b - a, "cmd": cmd}
                     for pid, (a, b, cmd) in sorted(seen_orphans.items())],
         "leftovers": left,
