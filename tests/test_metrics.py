@@ -70,8 +70,8 @@ def test_counters_move_by_domain_and_status(metered) -> None:
     deadline = time.monotonic() + 5
     while True:
         after = scrape(mport)
-        done = value(after, "verifier_requests_total", method="ScoreStream", code="OK")
-        if done > value(before, "verifier_requests_total", method="ScoreStream", code="OK") \
+        done = value(after, "verifier_requests_total", method="ScoreBatchStream", code="OK")
+        if done > value(before, "verifier_requests_total", method="ScoreBatchStream", code="OK") \
                 or time.monotonic() > deadline:
             break
         time.sleep(0.05)
@@ -85,7 +85,7 @@ def test_counters_move_by_domain_and_status(metered) -> None:
     assert delta("verifier_items_total", domain="other", status="INVALID_INPUT") == 1
     assert delta("verifier_items_total", domain="code", status="CORRECT") == 1
     assert delta("verifier_requests_total", method="Score", code="OK") == 1
-    assert delta("verifier_requests_total", method="ScoreStream", code="OK") == 1, \
+    assert delta("verifier_requests_total", method="ScoreBatchStream", code="OK") == 1, \
         {k: v for k, v in after.items() if k[0] == "verifier_requests_total"}
     assert delta("verifier_item_duration_seconds_count", domain="math") == 13
     assert delta("verifier_item_duration_seconds_count", domain="code") == 1
@@ -207,10 +207,10 @@ def test_item_errors_are_logged_as_json_with_the_item_id(caplog) -> None:
     from pythonjsonlogger.json import JsonFormatter
 
     from verifier.items import Result
-    from verifier.server import _log_item_error
+    from verifier.servicer import log_item_error
 
     caplog.set_level(logging.WARNING, logger="verifier.server")
-    _log_item_error(Result("item-42", 0.0, False, Status.INTERNAL_ERROR, detail="worker died"),
+    log_item_error(Result("item-42", 0.0, False, Status.INTERNAL_ERROR, detail="worker died"),
                     "math")
     rec = next(r for r in caplog.records if r.getMessage() == "item not scored")
     line = json.loads(JsonFormatter("%(levelname)s %(message)s").format(rec))

@@ -22,7 +22,8 @@ from verifier.items import NOT_A_VERDICT, Status
 from verifier.proto import verifier_pb2 as pb
 from verifier.proto import verifier_pb2_grpc as pb_grpc
 from verifier.scoring import ScoringConfig
-from verifier.server import RETRY_AFTER_KEY, ServeConfig, create_server
+from verifier.convert import RETRY_AFTER_KEY
+from verifier.server import ServeConfig, create_server
 
 BOMBS = [
     r"\boxed{9^{9^{9^{9}}}}",

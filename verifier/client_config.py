@@ -32,6 +32,12 @@ class ClientConfig:
     """Items one stream keeps in flight per replica, and read ahead from the caller. Bounds
     the client's memory and what a dead replica leaves to re-send; 128 keeps a 2-worker replica
     busy with ~2 ms math items. Keep it under the server's --stream-inflight (512)."""
+    stream_batch: int = 64
+    """Items per message on a stream, at most (ScoreBatchStream): the client sends whatever is
+    ready, up to this many, in one message, and the server answers with every result ready at
+    once, so a busy stream pays gRPC's per-message cost once per batch (math: ~0.4 ms of client
+    CPU per item on a message per item). 1: a message per item on ScoreStream. A server without
+    ScoreBatchStream is sent ScoreStream whatever this is."""
     dns_refresh_s: float = 30.0
     """Re-resolve ``dns:///`` addresses this often, seconds (and soon after a replica fails),
     so new pods are used and removed ones dropped."""
@@ -59,6 +65,8 @@ class ClientConfig:
             raise ValueError("tls_cert and tls_key go together")
         if self.stream_window < 1:
             raise ValueError("stream_window must be >= 1")
+        if self.stream_batch < 1:
+            raise ValueError("stream_batch must be >= 1")
 
     @property
     def uses_tls(self) -> bool:

@@ -6,11 +6,14 @@ An address is a comma list of entries; each entry is a ``host:port`` (one replic
 docker-compose service name with several replicas). Each replica gets its own channel.
 
 Why our own balancing instead of gRPC's ``round_robin`` policy over one channel: gRPC balances
-per RPC, and one ``ScoreStream`` call is pinned to one replica for its whole life, so a single
+per RPC, and one stream call is pinned to one replica for its whole life, so a single
 streaming client would never use more than one replica. Here one logical stream runs one gRPC
 stream per healthy replica and hands each item to a replica with room in its window
 (``ClientConfig.stream_window`` items in flight per replica; with equally fast replicas that
 alternates, and a slow or busy replica simply takes fewer), so one client scales with the fleet.
+The streams are ``ScoreBatchStream`` calls: up to ``ClientConfig.stream_batch`` items per
+message (docs/verifier.md 3); a replica that answers UNIMPLEMENTED (a server from before that
+call) gets ``ScoreStream``, a message per item.
 
 Failure handling (``FleetStream``):
 - a replica whose stream breaks (UNAVAILABLE, RESOURCE_EXHAUSTED, a server-side cancel, an early
@@ -180,6 +183,8 @@ class Replica:
         self.sent = 0
         self.answered = 0
         self.failed = 0
+        self.batch_stream = True
+        """Speaks ScoreBatchStream; False once it answered UNIMPLEMENTED (an older server)."""
 
     def record_failure(self, cfg: ClientConfig, hint_s: float | None = None) -> float:
         with self.lock:
@@ -348,8 +353,10 @@ class _Pending:
 class _Attempt:
     """One gRPC stream to one replica: the items it carries that are not answered yet."""
 
-    def __init__(self, replica: Replica):
+    def __init__(self, replica: Replica, batched: bool):
         self.replica = replica
+        self.batched = batched
+        """ScoreBatchStream (ItemBatch / ResultBatch messages) rather than ScoreStream."""
         self.inflight: dict[str, pb.Item] = {}
         self.alive = True
         self.call: Any = None
@@ -359,8 +366,9 @@ _END = object()
 
 
 class FleetStream:
-    """One logical ``ScoreStream`` over every healthy replica of a fleet. Iterate it for the
-    results (completion order); ``close()`` stops it from any thread."""
+    """One logical stream over every healthy replica of a fleet (``ScoreBatchStream``, or
+    ``ScoreStream`` for ``stream_batch`` 1 and for a server without the batched call). Iterate
+    it for the results (completion order); ``close()`` stops it from any thread."""
 
     def __init__(self, fleet: Fleet, items: Iterable[Item | dict[str, Any]]):
         self.fleet = fleet
@@ -535,54 +543,67 @@ class FleetStream:
                 continue
             self._attempt(rep)
 
-    def _requests(self, att: _Attempt) -> Iterator[pb.Item]:
+    def _requests(self, att: _Attempt) -> Iterator[pb.Item | pb.ItemBatch]:
         # Consumed by gRPC on its own thread. Takes re-sends first, then fresh items, while this
-        # replica's window has room; ends the stream (half-close) when nothing is left to send.
+        # replica's window has room: a batched stream takes every item that is ready (up to
+        # stream_batch) into one message without waiting for more items to arrive; ends the
+        # stream (half-close) when nothing is left to send.
+        cap = min(self.window, self.cfg.stream_batch) if att.batched else 1
         while True:
             with self._cond:
                 while True:
                     if self._closed or not att.alive or self._error is not None:
                         return
-                    if len(att.inflight) < self.window:
-                        if self._requeue:
-                            msg = self._requeue.popleft()
-                            break
-                        if self._ready:
-                            msg = self._ready.popleft()
-                            self._cond.notify_all()  # room for the feeder
-                            break
-                        if self._source_done:
-                            return
+                    room = self.window - len(att.inflight)
+                    # A batched stream waits for room for a whole batch (or for all that is
+                    # ready, when that is less): sending each slot as it frees would make every
+                    # message one item again. The replica keeps window - cap items meanwhile.
+                    ready = len(self._requeue) + len(self._ready)
+                    if room > 0 and ready and room >= min(cap, ready):
+                        break
+                    if room > 0 and not ready and self._source_done:
+                        return
                     self._cond.wait(0.5)
-                att.inflight[msg.id] = msg
+                batch: list[pb.Item] = []
+                take = min(room, cap)
+                while len(batch) < take and self._requeue:
+                    batch.append(self._requeue.popleft())
+                fresh = len(batch)
+                while len(batch) < take and self._ready:
+                    batch.append(self._ready.popleft())
+                if len(batch) > fresh:
+                    self._cond.notify_all()  # room for the feeder
+                for msg in batch:
+                    att.inflight[msg.id] = msg
                 with att.replica.lock:
-                    att.replica.sent += 1
-            yield msg
+                    att.replica.sent += len(batch)
+            yield pb.ItemBatch(items=batch) if att.batched else batch[0]
 
     def _attempt(self, rep: Replica) -> None:
-        att = _Attempt(rep)
+        att = _Attempt(rep, batched=rep.batch_stream and self.cfg.stream_batch > 1)
         with self._cond:
             if self._closed:
                 return
             self._attempts.add(att)
         err: grpc.RpcError | None = None
         try:
-            att.call = rep.stub.ScoreStream(self._requests(att), timeout=self.cfg.timeout_s,
-                                            metadata=self.fleet.metadata or None,
-                                            wait_for_ready=False)
+            method = rep.stub.ScoreBatchStream if att.batched else rep.stub.ScoreStream
+            att.call = method(self._requests(att), timeout=self.cfg.timeout_s,
+                              metadata=self.fleet.metadata or None, wait_for_ready=False)
             if self._cancelled:
                 att.call.cancel()
-            for msg in att.call:
-                with self._cond:
-                    if att.inflight.pop(msg.id, None) is None:
-                        continue
-                    self._cond.notify_all()  # window room
-                if self._pending.answer(msg.id):
-                    rep.record_success()
-                    with rep.lock:
-                        rep.answered += 1
-                    if not self._put(("result", result_from_proto(msg))):
-                        return
+            for resp in att.call:
+                for msg in (resp.results if att.batched else (resp,)):
+                    with self._cond:
+                        if att.inflight.pop(msg.id, None) is None:
+                            continue
+                        self._cond.notify_all()  # window room
+                    if self._pending.answer(msg.id):
+                        rep.record_success()
+                        with rep.lock:
+                            rep.answered += 1
+                        if not self._put(("result", result_from_proto(msg))):
+                            return
         except grpc.RpcError as e:
             err = e
         finally:
@@ -605,6 +626,13 @@ class FleetStream:
                                    "delay_s": round(delay, 3)})
             return
         code = err.code()
+        if code == grpc.StatusCode.UNIMPLEMENTED and att.batched:
+            # A server from before ScoreBatchStream: the same items go on ScoreStream, a
+            # message each (not a failure: nothing was scored, the replica is up).
+            rep.batch_stream = False
+            log.warning("verifier replica has no ScoreBatchStream; streaming a message per "
+                        "item to it", extra={"replica": rep.address})
+            return
         if code in RETRYABLE or code in (grpc.StatusCode.CANCELLED,
                                           grpc.StatusCode.DEADLINE_EXCEEDED):
             # CANCELLED here is the server's doing (a drain past its grace), not ours;

@@ -11,7 +11,7 @@ drain.
 A thin layer: each handler reads and decodes JSON, converts it with the pure functions of those
 modules and delegates to the Scorer (items) or the CodeRunner (runs). VerifierError is the one
 domain exception; ``_error_response`` maps its code to an HTTP status (``HTTP_STATUS``: the
-gRPC mapping of verifier/server.py, in HTTP terms) and no other place chooses a status code.
+gRPC mapping of verifier/servicer.py, in HTTP terms) and no other place chooses a status code.
 
 What a caller cannot do (the gRPC call gate's rules, verifier/call_gate.py, for HTTP): the token
 (``Authorization: Bearer``, or RFC 6750's ``access_token`` query parameter for clients that

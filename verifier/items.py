@@ -52,7 +52,7 @@ trainer must not read them as reward 0, and evaluation counts them as errors."""
 
 class VerifierError(Exception):
     """The one domain exception of the verifier. ``code`` is mapped to a gRPC status code at the
-    service boundary (verifier/server.py) and nowhere else.
+    service boundary (verifier/servicer.py) and nowhere else.
 
     codes: "invalid_argument", "resource_exhausted", "unavailable", "deadline_exceeded",
     "failed_precondition", "internal".

@@ -11,7 +11,7 @@ endpoint shows counts only, never items. Metric names:
 - ``verifier_item_duration_seconds{domain}``: time from accepting an item to its result
   (queueing included).
 - ``verifier_queue_depth{domain}``: items accepted and not finished (queued or running).
-- ``verifier_active_streams``: open ScoreStream calls.
+- ``verifier_active_streams``: open ScoreStream and ScoreBatchStream calls.
 - ``verifier_rejected_total{reason}``: work refused before scoring (queue_full, batch_too_big).
 - ``verifier_worker_restarts_total{reason}``: math workers replaced (deadline, died; recycled after ``--worker-max-tasks``).
 - ``verifier_sandbox_failures_total``: results with SANDBOX_ERROR.
@@ -91,7 +91,8 @@ class ServerMetrics:
                                       buckets=_LATENCY_BUCKETS, registry=r)
         self.queue_depth = Gauge("verifier_queue_depth", "Items accepted and not finished",
                                  ["domain"], registry=r)
-        self.active_streams = Gauge("verifier_active_streams", "Open ScoreStream calls",
+        self.active_streams = Gauge("verifier_active_streams",
+                                    "Open ScoreStream and ScoreBatchStream calls",
                                     registry=r)
         self.rejected = Counter("verifier_rejected", "Work refused before scoring", ["reason"],
                                 registry=r)

@@ -3,9 +3,9 @@
 - ``create_server(address) -> (server, port)``: tests bind ``127.0.0.1:0``.
 - ``serve(config)``: the ``verifier serve`` command: health + reflection, SIGTERM drain.
 
-VerifierError is the one domain exception; ``_abort`` maps it to a gRPC status code, and no
-other place in the service chooses status codes (the call gate of verifier/call_gate.py refuses
-calls through it too).
+The servicer (the RPCs themselves) is verifier/servicer.py; VerifierError is the one domain
+exception, and its ``abort`` is the one place that maps it to a gRPC status code (the call gate
+of verifier/call_gate.py refuses calls through it too).
 
 Access control (verifier/auth.py): TLS or mutual TLS, and/or a bearer token checked by the call
 gate (verifier/call_gate.py) when a call's headers arrive, before its body is read; health
@@ -21,7 +21,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import queue
 import signal
 import sys
 import threading
@@ -29,7 +28,7 @@ import time
 from concurrent import futures as cf
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Literal
+from typing import Callable, Literal
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -37,38 +36,25 @@ from grpc_reflection.v1alpha import reflection
 
 from verifier.allocator import MallocTuning
 from verifier.auth import TokenSource, server_credentials
-from verifier.call_gate import CallGate, current_call
-from verifier.convert import RETRY_AFTER_KEY, item_from_proto, result_to_proto
+from verifier.call_gate import CallGate
 from verifier.http_gateway import HttpGateway
-from verifier.items import Result, Status, VerifierError, unreadable
+from verifier.items import VerifierError
 from verifier.metrics import ServerMetrics
 from verifier.proto import verifier_pb2 as pb
 from verifier.proto import verifier_pb2_grpc as pb_grpc
 from verifier.scoring import Scorer, ScoringConfig
+from verifier.servicer import GRPC_CODES, VerifierServicer, abort, peer
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Verifier"].full_name
 
-_GRPC_CODES = {
-    "invalid_argument": grpc.StatusCode.INVALID_ARGUMENT,
-    "resource_exhausted": grpc.StatusCode.RESOURCE_EXHAUSTED,
-    "unavailable": grpc.StatusCode.UNAVAILABLE,
-    "deadline_exceeded": grpc.StatusCode.DEADLINE_EXCEEDED,
-    "failed_precondition": grpc.StatusCode.FAILED_PRECONDITION,
-    "internal": grpc.StatusCode.INTERNAL,
-    "unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
-}
-RETRY_AFTER_MS = 500
-"""The retry hint sent with RESOURCE_EXHAUSTED: about the time a 2-worker server needs to
-work through a few hundred queued math items."""
 # Keepalive: clients ping every 30 s on a call with no data (a long code item), so a replica
 # that vanished without a TCP reset (a node gone) is noticed; the server must accept that.
 SERVER_KEEPALIVE_OPTIONS = [
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
     ("grpc.http2.max_ping_strikes", 0),
 ]
-
 
 @dataclass
 class ServeConfig:
@@ -93,7 +79,7 @@ class ServeConfig:
     """Seconds a unary call may take to deliver its request message after its headers; a
     caller that sends headers and never a body is cancelled instead of holding a slot."""
     idle_timeout_s: float = 300.0
-    """Seconds a ScoreStream with nothing being scored may go without sending an item or taking
+    """Seconds a stream (ScoreStream, ScoreBatchStream) with nothing being scored may go without sending an item or taking
     a result before it is cancelled (the fleet client reopens a stream when it needs one). At
     the call limit, a call waiting on its client for 2 s gives its slot to a new call."""
     stream_inflight: int = 512
@@ -194,254 +180,6 @@ def _is_loopback(host: str) -> bool:
 SWITCH_INTERVAL_S = 0.0005
 """``sys.setswitchinterval`` of a serving process (see ``serve``)."""
 
-# The longest a call waits for its items, seconds. A call without a deadline (grpcurl, Node's
-# grpc-js) reports ~3.6e11 s remaining, and a timeout that large overflows time_t inside
-# concurrent.futures.wait; past a day the wait is unbounded in every practical sense.
-MAX_CALL_WAIT_S = 86400.0
-
-
-def _wait_budget(context: grpc.ServicerContext) -> float:
-    """The call's remaining time, clamped to what the waiting primitives accept."""
-    remaining = context.time_remaining()
-    if remaining is None or remaining != remaining:
-        return MAX_CALL_WAIT_S
-    return max(0.0, min(float(remaining), MAX_CALL_WAIT_S))
-
-
-def _abort(context: grpc.ServicerContext, err: VerifierError) -> None:
-    """The one place a domain error becomes a gRPC status."""
-    code = _GRPC_CODES.get(err.code, grpc.StatusCode.INTERNAL)
-    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
-        context.set_trailing_metadata(((RETRY_AFTER_KEY, str(RETRY_AFTER_MS)),))
-    context.abort(code, str(err))
-
-
-def _code_name(context: grpc.ServicerContext, default: str) -> str:
-    try:
-        code = context.code()  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - an older grpc without ServicerContext.code()
-        code = None
-    return code.name if isinstance(code, grpc.StatusCode) else default
-
-
-def _peer(context: grpc.ServicerContext) -> str:
-    try:
-        return context.peer()
-    except Exception:  # noqa: BLE001
-        return "?"
-
-
-def _log_item_error(result: Result, domain: str) -> None:
-    """A structured log line, with the item's id, for results that are not genuine verdicts."""
-    if result.status is Status.INTERNAL_ERROR or (
-            result.status is Status.SANDBOX_ERROR and not result.detail.startswith("no sandbox")):
-        log.warning("item not scored", extra={"item_id": result.id, "domain": domain,
-                                              "status": result.status.value,
-                                              "detail": result.detail[:500]})
-
-
-class VerifierServicer(pb_grpc.VerifierServicer):
-    def __init__(self, scorer: Scorer, stream_inflight: int, max_batch: int,
-                 metrics: ServerMetrics | None = None):
-        self.scorer = scorer
-        self.stream_inflight = stream_inflight
-        self.max_batch = max_batch
-        self.metrics = metrics or ServerMetrics()
-
-    def _submit(self, msg: pb.Item, block_s: float = 0.0, cpu_start: float | None = None
-                ) -> cf.Future:
-        """Submit one item; the returned future's result is the Result. Counts it in the
-        metrics (queue depth, items by domain and status, latency, the stages' CPU). The
-        "receive" stage is this thread's CPU from ``cpu_start`` (default: now) to the item's
-        dispatch; the future gets a ``domain`` attribute (for the "encode" stage)."""
-        if cpu_start is None:
-            cpu_start = time.thread_time()
-        try:
-            item = item_from_proto(msg)
-        except Exception as e:  # noqa: BLE001 - one item never sinks its call
-            item = (msg.id, unreadable(e))
-        domain = msg.domain
-        self.metrics.item_started(domain)
-        try:
-            fut = self.scorer.submit(item, block_s=block_s)
-        except BaseException:
-            self.metrics.item_finished(domain, None)
-            raise
-        receive = time.thread_time() - cpu_start
-        fut.domain = domain  # type: ignore[attr-defined]
-
-        def done(f: cf.Future) -> None:
-            result = None if f.cancelled() else f.result()
-            self.metrics.item_finished(domain, result)
-            if result is not None:
-                self.metrics.observe_costs(
-                    domain, {**getattr(f, "costs", {}), "receive": receive})
-                _log_item_error(result, domain)
-
-        fut.add_done_callback(done)
-        return fut
-
-    def _encode(self, fut: cf.Future) -> pb.Result:
-        cpu0 = time.thread_time()
-        msg = result_to_proto(fut.result())
-        self.metrics.observe_costs(getattr(fut, "domain", ""),
-                                   {"encode": time.thread_time() - cpu0})
-        return msg
-
-    def Score(self, request: pb.ScoreRequest, context: grpc.ServicerContext) -> pb.ScoreResponse:
-        start = time.monotonic()
-        code = "OK"
-        try:
-            return self._score(request, context)
-        except BaseException:
-            code = _code_name(context, "UNKNOWN")
-            raise
-        finally:
-            self.metrics.request_done("Score", code, start)
-
-    def _score(self, request: pb.ScoreRequest, context: grpc.ServicerContext) -> pb.ScoreResponse:
-        if len(request.items) > self.max_batch:
-            self.metrics.rejected.labels(reason="batch_too_big").inc()
-            _abort(context, VerifierError(
-                f"batch of {len(request.items)} items is over this server's limit of "
-                f"{self.max_batch}; split it or use ScoreStream", "resource_exhausted"))
-        submitted: list[cf.Future] = []
-        # A client that goes away (cancel, deadline) must not leave its items queued.
-        context.add_callback(lambda: [f.cancel() for f in submitted])
-        try:
-            for msg in request.items:
-                submitted.append(self._submit(msg))
-        except VerifierError as e:
-            for f in submitted:
-                f.cancel()
-            if e.code == "resource_exhausted":
-                self.metrics.rejected.labels(reason="queue_full").inc()
-            log.info("batch refused", extra={"peer": _peer(context), "items": len(request.items),
-                                             "reason": str(e)})
-            _abort(context, e)
-        done, not_done = cf.wait(submitted, timeout=_wait_budget(context))
-        if not_done:
-            for f in not_done:
-                f.cancel()
-            _abort(context, VerifierError("the call's deadline passed before every item was "
-                                          "scored", "deadline_exceeded"))
-        return pb.ScoreResponse(results=[self._encode(f) for f in submitted])
-
-    def ScoreStream(
-        self, request_iterator: Iterator[pb.Item], context: grpc.ServicerContext
-    ) -> Iterator[pb.Result]:
-        start = time.monotonic()
-        code = "OK"
-        self.metrics.active_streams.inc()
-        try:
-            yield from self._score_stream(request_iterator, context)
-        except GeneratorExit:
-            code = "CANCELLED"
-            raise
-        except BaseException:
-            code = _code_name(context, "UNKNOWN")
-            raise
-        finally:
-            self.metrics.active_streams.dec()
-            if code == "OK" and not context.is_active():
-                code = "CANCELLED"
-            self.metrics.request_done("ScoreStream", code, start)
-
-    def _score_stream(
-        self, request_iterator: Iterator[pb.Item], context: grpc.ServicerContext
-    ) -> Iterator[pb.Result]:
-        out: queue.Queue = queue.Queue()
-        # Items of this stream accepted and not yet written back. A slot is freed when its
-        # result has been handed to gRPC (not when it is computed), so a client that sends but
-        # never reads cannot make results pile up here: memory per stream stays bounded.
-        slots = threading.BoundedSemaphore(self.stream_inflight)
-        live: set[cf.Future] = set()
-        lock = threading.Lock()
-        reader_state: dict = {"submitted": 0, "error": None}
-        reader_done = object()
-
-        # The call gate's record of this stream: it cancels a stream that has nothing being
-        # scored and makes no progress (verifier/call_gate.py).
-        gated = current_call()
-
-        def on_done(f: cf.Future) -> None:
-            with lock:
-                live.discard(f)
-            gated.item_finished()
-            if f.cancelled():
-                slots.release()
-            else:
-                out.put(f)
-
-        def read() -> None:
-            # Runs on its own thread so results stream back while items are still arriving.
-            try:
-                # This thread's CPU per item, from the end of the previous item (so reading
-                # and deserializing the message counts) to its dispatch: the "receive" stage.
-                mark = time.thread_time()
-                for msg in request_iterator:
-                    # Backpressure: stop reading this stream while it has too many items in
-                    # flight; gRPC's flow control then slows the sender.
-                    while not slots.acquire(timeout=0.5):
-                        if not context.is_active():
-                            return
-                    gated.item_started()
-                    while True:
-                        try:
-                            fut = self._submit(msg, block_s=0.5, cpu_start=mark)
-                            break
-                        except VerifierError as e:
-                            if e.code != "resource_exhausted" or not context.is_active():
-                                slots.release()
-                                gated.item_finished()
-                                raise
-                    with lock:
-                        live.add(fut)
-                        reader_state["submitted"] += 1
-                    fut.add_done_callback(on_done)
-                    mark = time.thread_time()
-            except VerifierError as e:
-                reader_state["error"] = e
-            except grpc.RpcError:
-                pass  # the client went away; the writer loop notices
-            except Exception as e:  # noqa: BLE001 - surface as INTERNAL, keep the server up
-                log.exception("stream reader failed", extra={"peer": _peer(context)})
-                reader_state["error"] = VerifierError(f"stream reader failed: {e}", "internal")
-            finally:
-                out.put(reader_done)
-
-        threading.Thread(target=read, name="verifier-stream-reader", daemon=True).start()
-        emitted = 0
-        finished_reading = False
-        try:
-            while not (finished_reading and emitted == reader_state["submitted"]):
-                try:
-                    x = out.get(timeout=0.5)
-                except queue.Empty:
-                    if not context.is_active():
-                        return
-                    continue
-                if x is reader_done:
-                    finished_reading = True
-                    if reader_state["error"] is not None:
-                        _abort(context, reader_state["error"])
-                    continue
-                emitted += 1
-                # "encode": converting the result, and gRPC serializing and writing it on this
-                # thread before it asks for the next one (the CPU clock skips waiting).
-                cpu0 = time.thread_time()
-                yield result_to_proto(x.result())
-                self.metrics.observe_costs(getattr(x, "domain", ""),
-                                           {"encode": time.thread_time() - cpu0})
-                slots.release()
-                gated.touch()
-        finally:
-            with lock:
-                pending = list(live)
-            for f in pending:
-                f.cancel()
-
-
 class VerifierServer:
     """A running verification service: the gRPC server, its health service, its Scorer, and
     (when configured) the health-only probe server, the metrics endpoint and the HTTP gateway."""
@@ -501,13 +239,13 @@ def _bind(grpc_server: grpc.Server, address: str, config: ServeConfig) -> int:
 
 
 def _deny(metrics: ServerMetrics) -> Callable[[grpc.ServicerContext, str, VerifierError], None]:
-    """The call gate's refusal: books it, logs it, and aborts through ``_abort``."""
+    """The call gate's refusal: books it, logs it, and aborts through ``abort``."""
     def deny(context: grpc.ServicerContext, method: str, err: VerifierError) -> None:
-        code = _GRPC_CODES.get(err.code, grpc.StatusCode.INTERNAL).name
+        code = GRPC_CODES.get(err.code, grpc.StatusCode.INTERNAL).name
         metrics.request_done(method.rsplit("/", 1)[-1], code, time.monotonic())
-        log.warning("call refused", extra={"peer": _peer(context), "method": method,
+        log.warning("call refused", extra={"peer": peer(context), "method": method,
                                            "reason": str(err)})
-        _abort(context, err)
+        abort(context, err)
     return deny
 
 

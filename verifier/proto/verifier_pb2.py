@@ -24,17 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0everifier.proto\x12\x0bverifier.v1\"\x8b\x01\n\x06Limits\x12\x11\n\ttimeout_s\x18\x01 \x01(\x01\x12\x16\n\x0etest_timeout_s\x18\x02 \x01(\x01\x12\x11\n\tmemory_mb\x18\x03 \x01(\x03\x12\x15\n\rrun_all_tests\x18\x04 \x01(\x08\x12,\n\x0breward_mode\x18\x05 \x01(\x0e\x32\x17.verifier.v1.RewardMode\"\x9a\x01\n\x04Item\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06\x64omain\x18\x02 \x01(\t\x12\x10\n\x08response\x18\x03 \x01(\t\x12\x19\n\x11ground_truth_json\x18\x04 \x01(\t\x12\x13\n\x0b\x64\x61ta_source\x18\x05 \x01(\t\x12#\n\x06limits\x18\x06 \x01(\x0b\x32\x13.verifier.v1.Limits\x12\x0f\n\x07profile\x18\x07 \x01(\t\"\xc3\x01\n\x06Result\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06reward\x18\x02 \x01(\x01\x12\x0f\n\x07\x63orrect\x18\x03 \x01(\x08\x12#\n\x06status\x18\x04 \x01(\x0e\x32\x13.verifier.v1.Status\x12\x0e\n\x06passed\x18\x05 \x01(\x05\x12\r\n\x05total\x18\x06 \x01(\x05\x12\x0e\n\x06\x64\x65tail\x18\x07 \x01(\t\x12\x12\n\nelapsed_ms\x18\x08 \x01(\x01\x12\x13\n\x0b\x64\x61ta_source\x18\t \x01(\t\x12\x0f\n\x07profile\x18\n \x01(\t\"0\n\x0cScoreRequest\x12 \n\x05items\x18\x01 \x03(\x0b\x32\x11.verifier.v1.Item\"5\n\rScoreResponse\x12$\n\x07results\x18\x01 \x03(\x0b\x32\x13.verifier.v1.Result*\x85\x02\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x43ORRECT\x10\x01\x12\r\n\tINCORRECT\x10\x02\x12\r\n\tNO_ANSWER\x10\x03\x12\x0b\n\x07TIMEOUT\x10\x04\x12\x11\n\rRUNTIME_ERROR\x10\x05\x12\x10\n\x0cMEMORY_LIMIT\x10\x06\x12\x10\n\x0cOUTPUT_LIMIT\x10\x07\x12\x11\n\rCOMPILE_ERROR\x10\x08\x12\x10\n\x0cSYNTAX_ERROR\x10\t\x12\x11\n\rINVALID_INPUT\x10\n\x12\x11\n\rSANDBOX_ERROR\x10\x0b\x12\x12\n\x0eINTERNAL_ERROR\x10\x0c\x12\x15\n\x11RESPONSE_TOO_LONG\x10\r*(\n\nRewardMode\x12\n\n\x06\x42INARY\x10\x00\x12\x0e\n\nFRACTIONAL\x10\x01\x32\x85\x01\n\x08Verifier\x12>\n\x05Score\x12\x19.verifier.v1.ScoreRequest\x1a\x1a.verifier.v1.ScoreResponse\x12\x39\n\x0bScoreStream\x12\x11.verifier.v1.Item\x1a\x13.verifier.v1.Result(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0everifier.proto\x12\x0bverifier.v1\"\x8b\x01\n\x06Limits\x12\x11\n\ttimeout_s\x18\x01 \x01(\x01\x12\x16\n\x0etest_timeout_s\x18\x02 \x01(\x01\x12\x11\n\tmemory_mb\x18\x03 \x01(\x03\x12\x15\n\rrun_all_tests\x18\x04 \x01(\x08\x12,\n\x0breward_mode\x18\x05 \x01(\x0e\x32\x17.verifier.v1.RewardMode\"\x9a\x01\n\x04Item\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06\x64omain\x18\x02 \x01(\t\x12\x10\n\x08response\x18\x03 \x01(\t\x12\x19\n\x11ground_truth_json\x18\x04 \x01(\t\x12\x13\n\x0b\x64\x61ta_source\x18\x05 \x01(\t\x12#\n\x06limits\x18\x06 \x01(\x0b\x32\x13.verifier.v1.Limits\x12\x0f\n\x07profile\x18\x07 \x01(\t\"\xc3\x01\n\x06Result\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06reward\x18\x02 \x01(\x01\x12\x0f\n\x07\x63orrect\x18\x03 \x01(\x08\x12#\n\x06status\x18\x04 \x01(\x0e\x32\x13.verifier.v1.Status\x12\x0e\n\x06passed\x18\x05 \x01(\x05\x12\r\n\x05total\x18\x06 \x01(\x05\x12\x0e\n\x06\x64\x65tail\x18\x07 \x01(\t\x12\x12\n\nelapsed_ms\x18\x08 \x01(\x01\x12\x13\n\x0b\x64\x61ta_source\x18\t \x01(\t\x12\x0f\n\x07profile\x18\n \x01(\t\"0\n\x0cScoreRequest\x12 \n\x05items\x18\x01 \x03(\x0b\x32\x11.verifier.v1.Item\"5\n\rScoreResponse\x12$\n\x07results\x18\x01 \x03(\x0b\x32\x13.verifier.v1.Result\"-\n\tItemBatch\x12 \n\x05items\x18\x01 \x03(\x0b\x32\x11.verifier.v1.Item\"3\n\x0bResultBatch\x12$\n\x07results\x18\x01 \x03(\x0b\x32\x13.verifier.v1.Result*\x85\x02\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x43ORRECT\x10\x01\x12\r\n\tINCORRECT\x10\x02\x12\r\n\tNO_ANSWER\x10\x03\x12\x0b\n\x07TIMEOUT\x10\x04\x12\x11\n\rRUNTIME_ERROR\x10\x05\x12\x10\n\x0cMEMORY_LIMIT\x10\x06\x12\x10\n\x0cOUTPUT_LIMIT\x10\x07\x12\x11\n\rCOMPILE_ERROR\x10\x08\x12\x10\n\x0cSYNTAX_ERROR\x10\t\x12\x11\n\rINVALID_INPUT\x10\n\x12\x11\n\rSANDBOX_ERROR\x10\x0b\x12\x12\n\x0eINTERNAL_ERROR\x10\x0c\x12\x15\n\x11RESPONSE_TOO_LONG\x10\r*(\n\nRewardMode\x12\n\n\x06\x42INARY\x10\x00\x12\x0e\n\nFRACTIONAL\x10\x01\x32\xcf\x01\n\x08Verifier\x12>\n\x05Score\x12\x19.verifier.v1.ScoreRequest\x1a\x1a.verifier.v1.ScoreResponse\x12\x39\n\x0bScoreStream\x12\x11.verifier.v1.Item\x1a\x13.verifier.v1.Result(\x01\x30\x01\x12H\n\x10ScoreBatchStream\x12\x16.verifier.v1.ItemBatch\x1a\x18.verifier.v1.ResultBatch(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'verifier_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATUS']._serialized_start=634
-  _globals['_STATUS']._serialized_end=895
-  _globals['_REWARDMODE']._serialized_start=897
-  _globals['_REWARDMODE']._serialized_end=937
+  _globals['_STATUS']._serialized_start=734
+  _globals['_STATUS']._serialized_end=995
+  _globals['_REWARDMODE']._serialized_start=997
+  _globals['_REWARDMODE']._serialized_end=1037
   _globals['_LIMITS']._serialized_start=32
   _globals['_LIMITS']._serialized_end=171
   _globals['_ITEM']._serialized_start=174
@@ -45,6 +45,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SCOREREQUEST']._serialized_end=576
   _globals['_SCORERESPONSE']._serialized_start=578
   _globals['_SCORERESPONSE']._serialized_end=631
-  _globals['_VERIFIER']._serialized_start=940
-  _globals['_VERIFIER']._serialized_end=1073
+  _globals['_ITEMBATCH']._serialized_start=633
+  _globals['_ITEMBATCH']._serialized_end=678
+  _globals['_RESULTBATCH']._serialized_start=680
+  _globals['_RESULTBATCH']._serialized_end=731
+  _globals['_VERIFIER']._serialized_start=1040
+  _globals['_VERIFIER']._serialized_end=1247
 # @@protoc_insertion_point(module_scope)

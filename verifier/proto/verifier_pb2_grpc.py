@@ -44,6 +44,11 @@ class VerifierStub:
                 request_serializer=verifier__pb2.Item.SerializeToString,
                 response_deserializer=verifier__pb2.Result.FromString,
                 _registered_method=True)
+        self.ScoreBatchStream = channel.stream_stream(
+                '/verifier.v1.Verifier/ScoreBatchStream',
+                request_serializer=verifier__pb2.ItemBatch.SerializeToString,
+                response_deserializer=verifier__pb2.ResultBatch.FromString,
+                _registered_method=True)
 
 
 class VerifierServicer:
@@ -63,6 +68,15 @@ class VerifierServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ScoreBatchStream(self, request_iterator, context):
+        """ScoreStream, batched: the same rules (completion order, in-flight bound counted in items,
+        idle timeout, drain), several items per message in and the results ready together out.
+        The Python client's streams use it; a server without it (UNIMPLEMENTED) gets ScoreStream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_VerifierServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -75,6 +89,11 @@ def add_VerifierServicer_to_server(servicer, server):
                     servicer.ScoreStream,
                     request_deserializer=verifier__pb2.Item.FromString,
                     response_serializer=verifier__pb2.Result.SerializeToString,
+            ),
+            'ScoreBatchStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ScoreBatchStream,
+                    request_deserializer=verifier__pb2.ItemBatch.FromString,
+                    response_serializer=verifier__pb2.ResultBatch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -131,6 +150,33 @@ class Verifier:
             '/verifier.v1.Verifier/ScoreStream',
             verifier__pb2.Item.SerializeToString,
             verifier__pb2.Result.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScoreBatchStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/verifier.v1.Verifier/ScoreBatchStream',
+            verifier__pb2.ItemBatch.SerializeToString,
+            verifier__pb2.ResultBatch.FromString,
             options,
             channel_credentials,
             insecure,
