@@ -23,6 +23,11 @@ median is the result. The last candidate run prints the measured CPU breakdown p
 
     .venv/bin/python benchmarks/bench_code.py [--n 200] [--workload simple|lcb] [--rounds 3]
 
+``--profile lcb`` serves the samples under LiveCodeBench's judging rules (a sample's tests one
+after another in one process, verifier/harness/lcb_runner.py) instead of the default profile's
+process per test: the cost of that rule, the one change that crosses issue 29's 2x (README "The
+floor of a jail per sample").
+
 ``--jail-cpu`` measures instead the CPU of one cold jail by stage, without a server (issue 29):
 nsjail starting ``/bin/true`` (nsjail's own setup and the kernel's work for the namespaces,
 mounts and cgroups), the same jail running ``python3 -I -S -c pass`` (plus the interpreter's
@@ -253,6 +258,10 @@ def main() -> None:
     ap.add_argument("--subset", choices=("all", "correct", "wrong"), default="all",
                     help="judge only the samples whose program is right (correct) or wrong "
                          "(wrong); default all (simple: half wrong)")
+    ap.add_argument("--profile", choices=("default", "lcb", "skywork"), default="default",
+                    help="the server's --profile (default: default, a process per test; lcb and "
+                         "skywork run a sample's tests one after another in one process, as "
+                         "LiveCodeBench's judge does: what that judging rule costs)")
     ap.add_argument("--jail-cpu", action="store_true",
                     help="measure the CPU of one cold jail by stage instead (no server)")
     args = ap.parse_args()
@@ -272,7 +281,7 @@ def main() -> None:
         base_cpus.append(base_cpu)
         run = stream_run(items, args.workers, warmup,
                          extra_args=("--code-concurrency", str(args.code_concurrency),
-                                     "--warm-jails", args.warm_jails))
+                                     "--warm-jails", args.warm_jails, "--profile", args.profile))
         bases.append(base)
         cands.append(run.rate)
         cand_cpus.append(run.machine_cpu)
@@ -285,7 +294,8 @@ def main() -> None:
           f"correct; verifier verdicts: {run.counts}")
     print(f"baseline  (unsandboxed, python3 per test, 2 at a time): {median(bases):7.1f} samples/s")
     print(f"candidate (verifier serve --workers {args.workers} --code-concurrency "
-          f"{args.code_concurrency} --warm-jails {args.warm_jails}, nsjail): {median(cands):7.1f} samples/s")
+          f"{args.code_concurrency} --warm-jails {args.warm_jails} --profile {args.profile}, "
+          f"nsjail): {median(cands):7.1f} samples/s")
     print(f"ratio candidate / baseline, median of {args.rounds}: {median(ratios):.2f}  "
           f"(goal >= {2.0 if args.workload == 'simple' else 1.0})")
     cores = os.cpu_count() or 1

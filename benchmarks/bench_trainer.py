@@ -1,5 +1,6 @@
-"""Trainer benchmarks on the CPU demo setup (a warm-started tiny policy, the HF engine, the
-torch backend, a local verifier with 2 workers):
+"""Trainer benchmarks on the CPU demo setup (the demo's config and toy world, written as
+scripts/demo.py writes it; a warm-started tiny policy, the HF engine, the torch backend, a local
+verifier with 2 workers):
 
 1. Overlap: ``time/verify_wait`` as a fraction of ``time/step`` with streamed verification
    (completions sent as each generation chunk finishes) vs verification after generation,
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,12 +55,13 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=1, help="prompts per generation chunk (default 1, as the demo)")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    spec = importlib.util.spec_from_file_location("arith", ROOT / "datasets" / "arithmetic.py")
-    arith = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(arith)
+    spec = importlib.util.spec_from_file_location("demo", ROOT / "scripts" / "demo.py")
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        arith.write(tmp / "data", 9000, 200, ops=("max",))
+        subprocess.run([sys.executable, str(ROOT / "datasets" / "toyworld.py"), "--out",
+                        str(tmp / "data"), *demo.DATA_ARGS], check=True)
         out = {}
         trainers = {}
         for stream in (True, False):
@@ -76,7 +79,9 @@ def main() -> None:
             problems = [t.train[i] for i in range(step * m.prompts_per_step, (step + 1) * m.prompts_per_step)]
             prompts = [t.prompt_ids(p) for p in problems]
             params = SamplingParams(n=m.group_size, temperature=m.temperature, top_p=m.top_p,
-                                    top_k=m.top_k, max_tokens=12, seed=1000 + step)
+                                    top_k=m.top_k,
+                                    max_tokens=t.schedule.current.max_response_length,
+                                    seed=1000 + step)
             t0 = time.perf_counter()
             comps = t.engine.generate(prompts, params)
             bare.append(sum(len(c.token_ids) for c in comps) / (time.perf_counter() - t0))
@@ -96,7 +101,9 @@ def main() -> None:
         return sum(r["time/verify_wait"] for r in rows) / sum(r["time/step"] for r in rows)
 
     s, a = out[True], out[False]
-    print(f"steps: {args.steps} each; chunk {args.chunk} prompts; 32 prompts x 8 samples per step")
+    m = trainers[True].cfg.magic
+    print(f"steps: {args.steps} each; chunk {args.chunk} prompts; {m.prompts_per_step} prompts x "
+          f"{m.group_size} samples per step")
     print(f"streamed:                verify_wait/step = {frac(s):6.1%}  "
           f"(mean step {statistics.mean(r['time/step'] for r in s):.3f} s)")
     print(f"verify after generation: verify_wait/step = {frac(a):6.1%}  "

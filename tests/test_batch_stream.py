@@ -159,6 +159,18 @@ def test_the_client_streams_batches_of_at_most_stream_batch(server) -> None:
     assert sum(rec.received["ScoreBatchStream"]) == 400
 
 
+def test_a_message_holds_at_most_half_the_window(server) -> None:
+    """A window of 8 sends batches of at most 4, so the replica always has work while the
+    client waits for room for the next batch."""
+    _, addr = server
+    with VerifierClient(addr, ClientConfig(stream_window=8)) as client:
+        rec = _watch(client)
+        results = list(client.stream(item(i, "h") for i in range(100)))
+    assert sorted(r.id for r in results) == sorted(f"h{i}" for i in range(100))
+    sent = rec.sent["ScoreBatchStream"]
+    assert sum(sent) == 100 and max(sent) == 4, sent
+
+
 def test_stream_batch_1_is_a_message_per_item_on_score_stream(server) -> None:
     _, addr = server
     with VerifierClient(addr, ClientConfig(stream_batch=1)) as client:

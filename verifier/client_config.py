@@ -33,9 +33,9 @@ class ClientConfig:
     the client's memory and what a dead replica leaves to re-send; 128 keeps a 2-worker replica
     busy with ~2 ms math items. Keep it under the server's --stream-inflight (512)."""
     stream_batch: int = 64
-    """Items per message on a stream, at most (ScoreBatchStream): the client sends whatever is
-    ready, up to this many, in one message, and the server answers with every result ready at
-    once, so a busy stream pays gRPC's per-message cost once per batch (math: ~0.4 ms of client
+    """Items per message on a stream, at most (ScoreBatchStream; and at most half of
+    ``stream_window``): the client sends whatever is ready, up to this many, in one message, and
+    the server answers with every result ready at once, so a busy stream pays gRPC's per-message cost once per batch (math: ~0.4 ms of client
     CPU per item on a message per item). 1: a message per item on ScoreStream. A server without
     ScoreBatchStream is sent ScoreStream whatever this is."""
     dns_refresh_s: float = 30.0

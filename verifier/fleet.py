@@ -548,7 +548,9 @@ class FleetStream:
         # replica's window has room: a batched stream takes every item that is ready (up to
         # stream_batch) into one message without waiting for more items to arrive; ends the
         # stream (half-close) when nothing is left to send.
-        cap = min(self.window, self.cfg.stream_batch) if att.batched else 1
+        # At most half the window per message, so the replica keeps the other half to work
+        # on while the client waits for room for the next batch.
+        cap = min(self.cfg.stream_batch, max(1, self.window // 2)) if att.batched else 1
         while True:
             with self._cond:
                 while True:
@@ -557,7 +559,7 @@ class FleetStream:
                     room = self.window - len(att.inflight)
                     # A batched stream waits for room for a whole batch (or for all that is
                     # ready, when that is less): sending each slot as it frees would make every
-                    # message one item again. The replica keeps window - cap items meanwhile.
+                    # message one item again.
                     ready = len(self._requeue) + len(self._ready)
                     if room > 0 and ready and room >= min(cap, ready):
                         break
