@@ -13,17 +13,23 @@ Baseline and candidate alternate for ``--rounds`` rounds (the machine is shared:
 spreads the load over both); the ratios' median is the result. The last candidate run prints
 the measured CPU breakdown per item (docs/verifier.md 3). ``--batch N`` sends the candidate's
 items as unary ``Score`` calls of N items (4 in flight) instead of a message per item on one
-stream: what the per-message cost of the stream is.
+stream: what the per-message cost of the stream is. ``--cli`` runs the candidate's client as
+the ``verifier check --addr`` command instead (the items in a JSONL file, the results written to
+another; its wall time includes the command's own start and its file I/O).
 
-    .venv/bin/python benchmarks/bench_math.py [--n 3000] [--mix light|heavy] [--rounds 3] [--batch N]
+    .venv/bin/python benchmarks/bench_math.py [--n 3000] [--mix light|heavy] [--rounds 3] [--batch N | --cli]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
+import subprocess
 import sys
+import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from statistics import median
 
@@ -89,6 +95,29 @@ def baseline(items: list[dict]) -> float:
     return len(items) / (time.perf_counter() - start)
 
 
+def cli_run(items: list[dict], workers: int, warmup: list[dict]) -> tuple[float, dict]:
+    """Items/s of ``verifier check --addr`` scoring ``items`` (a JSONL file) through a new
+    ``verifier serve --workers N`` (warmed by ``warmup`` first), and its verdict counts."""
+    from verifier.client import VerifierClient
+    from verifier.local import LocalVerifier
+
+    with tempfile.TemporaryDirectory() as d:
+        inp, out = Path(d) / "items.jsonl", Path(d) / "results.jsonl"
+        inp.write_text("".join(json.dumps(it) + "\n" for it in items))
+        with LocalVerifier(workers=workers) as server:
+            with VerifierClient(server.address) as client:
+                client.wait_ready()
+                list(client.stream(warmup))
+            start = time.perf_counter()
+            subprocess.run([str(Path(sys.executable).parent / "verifier"), "check", "--addr",
+                            server.address, "--input", str(inp), "--output", str(out),
+                            "--progress", "off"], check=True)
+            wall = time.perf_counter() - start
+        results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(results) == len(items), (len(results), len(items))
+    return len(items) / wall, dict(Counter(r["status"] for r in results))
+
+
 def main() -> None:
     from common import print_breakdown, stream_run
 
@@ -103,8 +132,27 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=0,
                     help="send unary Score calls of this many items (4 in flight) instead of "
                          "one stream with a message per item (default 0: the stream)")
+    ap.add_argument("--cli", action="store_true",
+                    help="the candidate's client is the verifier check --addr command (a JSONL "
+                         "file in, one out) instead of a stream in this process")
     args = ap.parse_args()
+    if args.cli and args.batch:
+        ap.error("--cli and --batch are two different candidates: choose one")
     items = make_items(args.n, mix=args.mix)
+    if args.cli:
+        bases, ratios = [], []
+        for k in range(args.rounds):
+            base = baseline(items)
+            rate, counts = cli_run(items, args.workers, warmup=make_items(50, seed=99,
+                                                                          mix=args.mix))
+            bases.append(base)
+            ratios.append(rate / (2 * base))
+            print(f"round {k + 1}: baseline {base:7.1f}/s  verifier check {rate:7.1f}/s  "
+                  f"ratio {ratios[-1]:.2f}", flush=True)
+        print(f"items: {args.n} unique, {args.mix} mix; verdicts: {counts}")
+        print(f"ratio verifier check / (2 x baseline), median of {args.rounds}: "
+              f"{median(ratios):.2f}  (goal >= {GOALS[args.mix]})")
+        return
     warmup = make_items(50, seed=99, mix=args.mix)
     bases, cands, ratios, befores, gains = [], [], [], [], []
     run = None

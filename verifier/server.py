@@ -28,7 +28,7 @@ import time
 from concurrent import futures as cf
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal
+from typing import TYPE_CHECKING, Callable, Literal
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -37,13 +37,15 @@ from grpc_reflection.v1alpha import reflection
 from verifier.allocator import MallocTuning
 from verifier.auth import TokenSource, server_credentials
 from verifier.call_gate import CallGate
-from verifier.http_gateway import HttpGateway
 from verifier.items import VerifierError
 from verifier.metrics import ServerMetrics
 from verifier.proto import verifier_pb2 as pb
 from verifier.proto import verifier_pb2_grpc as pb_grpc
 from verifier.scoring import Scorer, ScoringConfig
 from verifier.servicer import GRPC_CODES, VerifierServicer, abort, peer
+
+if TYPE_CHECKING:
+    from verifier.http_gateway import HttpGateway
 
 log = logging.getLogger(__name__)
 
@@ -314,6 +316,10 @@ def create_server(
             mhost = config.metrics_host or host.strip("[]")
             metrics_port = metrics.serve_http(mhost, config.metrics_port)
         if config.http_port is not None:
+            # Imported here: aiohttp (0.16 s) is needed only with --http-port, and every
+            # `verifier` command (`check`, `health`) imports this module for ServeConfig.
+            from verifier.http_gateway import HttpGateway
+
             gateway = HttpGateway(
                 scorer, metrics, tokens, max_body_mb=config.http_max_body_mb,
                 max_requests=config.http_max_requests, body_timeout_s=config.request_timeout_s,
