@@ -101,6 +101,7 @@ class _Recorder(grpc.StreamStreamClientInterceptor):
 
     def __init__(self) -> None:
         self.sent: dict[str, list[int]] = {}
+        self.sent_bytes: dict[str, list[int]] = {}
         self.received: dict[str, list[int]] = {}
         self.lock = threading.Lock()
 
@@ -115,6 +116,7 @@ class _Recorder(grpc.StreamStreamClientInterceptor):
         def requests() -> Iterator[Any]:
             for msg in request_iterator:
                 self._note(self.sent, method, len(msg.items) if hasattr(msg, "items") else 1)
+                self._note(self.sent_bytes, method, msg.ByteSize())
                 yield msg
 
         return _Watched(continuation(details, requests()), self, method)
@@ -169,6 +171,28 @@ def test_a_message_holds_at_most_half_the_window(server) -> None:
     assert sorted(r.id for r in results) == sorted(f"h{i}" for i in range(100))
     sent = rec.sent["ScoreBatchStream"]
     assert sum(sent) == 100 and max(sent) == 4, sent
+
+
+def test_big_items_go_a_few_per_message_under_the_message_limit() -> None:
+    """24 items of 0.9 MB each (22 MB in all) through a server and client whose messages are
+    limited to 8 MiB: a message stops growing past 4 MiB (fleet.BATCH_BYTES), so none is
+    refused for its size, and every item is answered."""
+    srv, port = create_server("127.0.0.1:0", ServeConfig(
+        max_message_mb=8, scoring=ScoringConfig(workers=2)))
+    filler = "Carry the one, then add the next column. " * 22_000  # ~0.9 MB
+    try:
+        with VerifierClient(f"127.0.0.1:{port}", ClientConfig(max_message_mb=8)) as client:
+            rec = _watch(client)
+            results = list(client.stream(
+                math_item(f"big{i}", f"<think>{filler}</think> so \\boxed{{{i}}}", str(i))
+                for i in range(24)))
+    finally:
+        srv.stop(grace_s=1.0)
+    assert sorted(r.id for r in results) == sorted(f"big{i}" for i in range(24))
+    assert all(r.status is Status.CORRECT for r in results), [r.detail for r in results]
+    sent, sizes = rec.sent["ScoreBatchStream"], rec.sent_bytes["ScoreBatchStream"]
+    assert sum(sent) == 24 and 1 < max(sent) <= 5, sent
+    assert max(sizes) < 5 * 1024 * 1024, sizes
 
 
 def test_stream_batch_1_is_a_message_per_item_on_score_stream(server) -> None:

@@ -53,6 +53,12 @@ log = logging.getLogger("verifier.client")
 
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
 
+BATCH_BYTES = 4 * 1024 * 1024
+"""A batched stream's message takes no more items once it holds this many bytes (it always
+holds one): items with big ground truths travel one or a few per message, far under the
+message limit (``ClientConfig.max_message_mb``, 256 MiB), while math items still go 64 at a
+time."""
+
 getaddrinfo = socket.getaddrinfo  # the resolver (tests replace it to fake a multi-address name)
 
 
@@ -545,11 +551,11 @@ class FleetStream:
 
     def _requests(self, att: _Attempt) -> Iterator[pb.Item | pb.ItemBatch]:
         # Consumed by gRPC on its own thread. Takes re-sends first, then fresh items, while this
-        # replica's window has room: a batched stream takes every item that is ready (up to
-        # stream_batch) into one message without waiting for more items to arrive; ends the
-        # stream (half-close) when nothing is left to send.
-        # At most half the window per message, so the replica keeps the other half to work
-        # on while the client waits for room for the next batch.
+        # replica's window has room: a batched stream takes every item that is ready into one
+        # message without waiting for more items to arrive, up to stream_batch and half the
+        # window (so the replica keeps at least the other half in flight while the client
+        # waits for room for the next batch); ends the stream (half-close) when nothing is
+        # left to send.
         cap = min(self.cfg.stream_batch, max(1, self.window // 2)) if att.batched else 1
         while True:
             with self._cond:
@@ -567,13 +573,19 @@ class FleetStream:
                         return
                     self._cond.wait(0.5)
                 batch: list[pb.Item] = []
-                take = min(room, cap)
-                while len(batch) < take and self._requeue:
-                    batch.append(self._requeue.popleft())
-                fresh = len(batch)
-                while len(batch) < take and self._ready:
-                    batch.append(self._ready.popleft())
-                if len(batch) > fresh:
+                take, size, took_fresh = min(room, cap), 0, False
+                # Re-sends first; a message stops growing past BATCH_BYTES (a code item's
+                # tests can be megabytes: 64 of them would pass the message limit).
+                while len(batch) < take and size < BATCH_BYTES and (self._requeue
+                                                                    or self._ready):
+                    if self._requeue:
+                        msg = self._requeue.popleft()
+                    else:
+                        msg = self._ready.popleft()
+                        took_fresh = True
+                    batch.append(msg)
+                    size += msg.ByteSize()
+                if took_fresh:
                     self._cond.notify_all()  # room for the feeder
                 for msg in batch:
                     att.inflight[msg.id] = msg

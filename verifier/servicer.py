@@ -48,8 +48,11 @@ RETRY_AFTER_MS = 500
 """The retry hint sent with RESOURCE_EXHAUSTED: about the time a 2-worker server needs to
 work through a few hundred queued math items."""
 RESULT_BATCH_MAX = 256
-"""At most this many results in one ResultBatch (ScoreBatchStream): bounds one message's size
-(a result's detail is short) while a busy stream still pays gRPC's per-message cost rarely."""
+"""At most this many results in one ResultBatch (ScoreBatchStream): a busy stream still pays
+gRPC's per-message cost rarely."""
+RESULT_BATCH_BYTES = 4 * 1024 * 1024
+"""A ResultBatch takes no more results once it holds this many bytes (it always holds one), so
+no message nears the send limit whatever the results' details hold."""
 RESULT_LINGER_S = 0.005
 """How long a ResultBatch waits for more results while the stream has items in flight: at
 most this much latency added to a result, against a message per result on a busy stream."""
@@ -304,13 +307,19 @@ class VerifierServicer(pb_grpc.VerifierServicer):
                     if reader_state["error"] is not None:
                         abort(context, reader_state["error"])
                     continue
-                ready = [x]
+                # "encode": converting the results, and gRPC serializing and writing them on
+                # this thread before it asks for the next one (the CPU clock skips waiting);
+                # a batch's CPU is shared evenly among its items.
+                cpu0 = time.thread_time()
+                ready, protos = [x], [result_to_proto(x.result())]
+                size, encode_cpu = protos[0].ByteSize(), time.thread_time() - cpu0
                 # A batched stream's message takes every result that is ready, and those that
                 # finish within RESULT_LINGER_S while more of the stream's items are in flight:
                 # without the wait the writer is faster than the workers and every message
                 # holds one result.
                 linger_end = time.monotonic() + RESULT_LINGER_S
-                while batched and len(ready) < RESULT_BATCH_MAX and not finished_reading:
+                while (batched and len(ready) < RESULT_BATCH_MAX and size < RESULT_BATCH_BYTES
+                       and not finished_reading):
                     wait = linger_end - time.monotonic()
                     if emitted + len(ready) >= reader_state["submitted"] or wait <= 0:
                         wait = 0.0
@@ -321,17 +330,15 @@ class VerifierServicer(pb_grpc.VerifierServicer):
                     if y is reader_done:
                         finished_reading = True  # its error, if any, after these results
                         break
+                    cpu0 = time.thread_time()
                     ready.append(y)
+                    protos.append(result_to_proto(y.result()))
+                    size += protos[-1].ByteSize()
+                    encode_cpu += time.thread_time() - cpu0
                 emitted += len(ready)
-                # "encode": converting the results, and gRPC serializing and writing them on
-                # this thread before it asks for the next one (the CPU clock skips waiting);
-                # a batch's CPU is shared evenly among its items.
                 cpu0 = time.thread_time()
-                if batched:
-                    yield pb.ResultBatch(results=[result_to_proto(f.result()) for f in ready])
-                else:
-                    yield result_to_proto(x.result())
-                share = (time.thread_time() - cpu0) / len(ready)
+                yield pb.ResultBatch(results=protos) if batched else protos[0]
+                share = (encode_cpu + time.thread_time() - cpu0) / len(ready)
                 for f in ready:
                     self.metrics.observe_costs(getattr(f, "domain", ""), {"encode": share})
                     slots.release()
