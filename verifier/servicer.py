@@ -224,8 +224,8 @@ class VerifierServicer(pb_grpc.VerifierServicer):
     ) -> Iterator[Any]:
         """Both streams: ``batched`` reads ItemBatch messages (each item of one counts against
         the in-flight bound on its own) and writes ResultBatch messages holding every result
-        that is ready when the writer comes round (never waiting to fill one: no latency is
-        added); otherwise a message per item and per result."""
+        that is ready when the writer comes round, or that finishes within RESULT_LINGER_S
+        while more are in flight; otherwise a message per item and per result."""
         out: queue.Queue = queue.Queue()
         # Items of this stream accepted and not yet written back. A slot is freed when its
         # result has been handed to gRPC (not when it is computed), so a client that sends but
@@ -312,7 +312,8 @@ class VerifierServicer(pb_grpc.VerifierServicer):
                 # a batch's CPU is shared evenly among its items.
                 cpu0 = time.thread_time()
                 ready, protos = [x], [result_to_proto(x.result())]
-                size, encode_cpu = protos[0].ByteSize(), time.thread_time() - cpu0
+                size = protos[0].ByteSize() if batched else 0  # only a batch is bounded by it
+                encode_cpu = time.thread_time() - cpu0
                 # A batched stream's message takes every result that is ready, and those that
                 # finish within RESULT_LINGER_S while more of the stream's items are in flight:
                 # without the wait the writer is faster than the workers and every message
