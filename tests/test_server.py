@@ -394,6 +394,41 @@ def test_check_cli_embedded_and_remote(server, tmp_path) -> None:
         assert [rows[i]["status"] for i in (0, 1, 3)] == ["INCORRECT", "CORRECT", "CORRECT"]
 
 
+def test_remote_commands_start_without_the_scoring_engine(server, tmp_path) -> None:
+    """`verifier health` (a container's probe, every few seconds) and `verifier check --addr`
+    load the command's configs and the client only: no server, scorer, sandbox backend or
+    sympy (verifier/config.py). Run in a fresh interpreter, the way the command starts."""
+    import subprocess
+    import sys
+
+    _, addr = server
+    src, out = tmp_path / "items.jsonl", tmp_path / "out.jsonl"
+    src.write_text(json.dumps(math_item("m", r"\boxed{2}", "2")) + "\n")
+    engine = ("verifier.scoring", "verifier.server", "verifier.servicer", "verifier.evaluate",
+              "verifier.pool", "verifier.code_score", "verifier.math_score", "sympy",
+              "math_verify")
+    probe = (
+        "import sys\nfrom verifier.cli import main\n"
+        "rc = main(sys.argv[1:])\n"
+        f"loaded = [m for m in {engine!r} if m in sys.modules]\n"
+        "print('LOADED', loaded)\nsys.exit(rc)\n"
+    )
+    for args in (["health", "--addr", addr],
+                 ["check", "--input", str(src), "--output", str(out), "--addr", addr,
+                  "--progress", "off"]):
+        r = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert "LOADED []" in r.stdout, (args[0], r.stdout[-500:])
+    assert json.loads(out.read_text())["status"] == "CORRECT"
+    # The in-process form still scores (the scorer is imported when it runs).
+    from verifier.cli import main
+
+    out2 = tmp_path / "out2.jsonl"
+    assert main(["check", "--input", str(src), "--output", str(out2), "--progress", "off"]) == 0
+    assert json.loads(out2.read_text())["status"] == "CORRECT"
+
+
 def test_client_turns_unsendable_items_into_results_not_errors(server) -> None:
     """An item the client cannot even encode (a non-string response, a ground truth that is
     not JSON) gets its own INVALID_INPUT result; the rest of the call goes through."""

@@ -1,7 +1,7 @@
 """``verifier`` command line: ``serve``, ``check``, ``eval`` and ``health`` (docs/contracts.md 2).
 
-Each subcommand is one config dataclass; tyro turns its fields and their docstrings into flags
-and help text.
+Each subcommand is one config dataclass of verifier/config.py; tyro turns its fields and their
+docstrings into flags and help text. A command imports the module that runs it only when it runs.
 """
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ import json
 import logging
 import sys
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Literal
+from typing import Any, Iterator
 
 import tyro
 from rich.console import Console
@@ -21,47 +20,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from verifier.bigint import MAX_INT_DIGITS, json_loads_digits
-from verifier.client import ClientConfig, VerifierClient
-from verifier.evaluate import EvalConfig, exit_code, print_report, run_eval
+from verifier.client import VerifierClient
+from verifier.config import CheckConfig, EvalConfig, HealthConfig, ServeConfig
 from verifier.items import (Item, Limits, Outcome, Result, Status, VerifierError, invalid,
                             item_from_dict)
 from verifier.logs import setup_logging
-from verifier.scoring import Scorer, ScoringConfig
-from verifier.server import ServeConfig, serve
 
 log = logging.getLogger("verifier")
-
-
-@dataclass
-class CheckConfig:
-    """``verifier check``: score a JSONL file of items (docs/contracts.md 1) into a JSONL of results."""
-
-    input: Annotated[Path, tyro.conf.arg(aliases=["-i"])]
-    """Items, one JSON object per line."""
-    output: Annotated[Path, tyro.conf.arg(aliases=["-o"])]
-    """Where to write the results, one per line, in input order."""
-    addr: str | None = None
-    """HOST:PORT of a running verifier, a comma list of them, or dns:///NAME:PORT (every
-    address the name resolves to): work is spread over the healthy replicas and fails over.
-    Without it, items are scored in-process through the same code the server runs."""
-    scoring: ScoringConfig = field(default_factory=ScoringConfig)
-    client: ClientConfig = field(default_factory=ClientConfig)
-    progress: Literal["auto", "on", "off"] = "auto"
-    """Progress bar: "auto" shows it on a terminal only."""
-    log_format: Literal["json", "text"] = "text"
-
-
-@dataclass
-class HealthConfig:
-    """``verifier health``: exit 0 when the verifier reports SERVING (container health checks).
-    Health checks need no token; pass TLS options for a TLS port, or use --health-port."""
-
-    addr: str = "127.0.0.1:50051"
-    """HOST:PORT (or a comma list / dns:/// address: then every replica must be SERVING)."""
-    wait_s: float = 3.0
-    """Seconds to wait for the answer."""
-    client: ClientConfig = field(default_factory=ClientConfig)
-    log_format: Literal["json", "text"] = "text"
 
 
 def read_items(path: Path) -> Iterator[Item | tuple[str, Outcome]]:
@@ -101,6 +66,11 @@ def run_check(cfg: CheckConfig) -> list[Result]:
     with _progress(cfg.progress, console) as bar:
         task = bar.add_task("scoring", total=len(entries))
         if cfg.addr is None:
+            # Imported here, not at the top: the scoring engine (sandbox backends, the pools,
+            # sympy in the workers) is for in-process scoring only; `check --addr` and
+            # `health` start without it (verifier/config.py).
+            from verifier.scoring import Scorer
+
             with Scorer(cfg.scoring) as scorer:
                 if scorer.sandbox_problem:
                     log.warning("code items will get SANDBOX_ERROR: %s", scorer.sandbox_problem)
@@ -183,10 +153,17 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(config.log_format)
     if isinstance(config, HealthConfig):
         return run_health(config)
+    # Each command imports the module that runs it here, not at the top: every command builds
+    # the parser of all four, and only the one that runs should pay for its engine
+    # (verifier/config.py says why the start matters).
     if isinstance(config, ServeConfig):
+        from verifier.server import serve
+
         serve(config)
         return 0
     if isinstance(config, EvalConfig):
+        from verifier.evaluate import exit_code, print_report, run_eval
+
         try:
             summary = run_eval(config)
         except VerifierError as e:

@@ -43,23 +43,22 @@ import logging
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import date
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterable, Literal, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
-import tyro
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from verifier.bigint import MAX_INT_DIGITS, json_dumps_digits, json_loads_digits
 from verifier.client import ClientConfig, VerifierClient
+from verifier.config import EvalConfig, ScoringConfig
 from verifier.generations import Generation, read_generations_file
 from verifier.items import (MAX_GROUND_TRUTH_CHARS, NOT_A_VERDICT, Item, Limits, Result,
                             VerifierError, invalid, item_from_dict)
-from verifier.lcb import LCB_REPORT_WINDOW, LcbQuestion
+from verifier.lcb import LcbQuestion
 from verifier.problems import DataError, Loaded, ProblemRow, load_rows
-from verifier.scoring import Scorer, ScoringConfig
+from verifier.scoring import Scorer
 
 log = logging.getLogger(__name__)
 
@@ -741,106 +740,6 @@ def print_report(summary: dict[str, Any], console: Console) -> None:
 # ---------------------------------------------------------------------------------------------
 # Command
 # ---------------------------------------------------------------------------------------------
-
-
-def _default_client() -> ClientConfig:
-    # An evaluation is one long stream: a whole benchmark's code items can take well over the
-    # library default of 600 s.
-    return ClientConfig(timeout_s=24 * 3600.0)
-
-
-@dataclass
-class EvalConfig:
-    """``verifier eval``: score k responses per problem and report avg@k / pass@k. Give either
-    ``--input`` (a generations JSONL that carries its ground truths) or ``--problems`` with
-    ``--generations``. Exit status: 0 every row judged; 3 the summary is written but some rows
-    were not judged (the summary's not_judged says which and why); 1 an error that stopped the
-    run (no summary); 2 bad flags."""
-
-    output: Annotated[Path, tyro.conf.arg(aliases=["-o"])]
-    """Where to write the summary JSON."""
-    input: Annotated[Path | None, tyro.conf.arg(aliases=["-i"])] = None
-    """Generations, one problem per line: {"id", "domain", "ground_truth", "data_source"?,
-    "responses": [...], "limits"?}."""
-    problems: list[str] = field(default_factory=list)
-    """Problems files (FILE[,FILE...]): LiveCodeBench release rows (JSONL), verl/Skywork
-    parquet, or plain JSONL {"id", "domain", "ground_truth", "data_source"?}; any mix."""
-    generations: Path | None = None
-    """With --problems: LiveCodeBench's custom-evaluator JSON [{"question_id", "code_list"}]
-    (code already extracted) or JSONL {"id", "responses": [full model outputs]}, matched to
-    the problems by id (a LiveCodeBench problem's id is its question_id)."""
-    lcb_start: str = LCB_REPORT_WINDOW[0]
-    """First contest_date of LiveCodeBench problems kept (inclusive; the report's window).
-    Problems outside the window are left out of every number and counted."""
-    lcb_end: str = LCB_REPORT_WINDOW[1]
-    """Last contest_date of LiveCodeBench problems kept (inclusive, at midnight)."""
-    lcb_all_dates: bool = False
-    """No contest-date window: keep every LiveCodeBench problem."""
-    lcb_profile: Literal["default", "lcb", "skywork"] = "lcb"
-    """Judging profile of LiveCodeBench problems (lcb: LiveCodeBench's own judge). The other
-    problems name none: the verifier's default applies (in-process: --profile)."""
-    explain: Literal["default", "lcb", "skywork"] | None = None
-    """Also judge the LiveCodeBench problems' responses under this profile (e.g. default: this
-    project's rules, under which correct programs pass) and report, per problem and overall,
-    where it and --lcb-profile disagree and the class of rule that explains each disagreement
-    (verifier/explain.py: stdin, stdout, wrap, name_guard, exit, preamble, output_cap, ...):
-    how much of the model's LiveCodeBench failure is the harness's doing. The summary's
-    explain block; a table on stdout. Doubles the judging work. With --problems only."""
-    addr: str | None = None
-    """HOST:PORT of a running verifier, a comma list of them, or dns:///NAME:PORT (work is
-    spread over the healthy replicas and fails over). Without it, responses are scored
-    in-process through the same code the server runs."""
-    k: int | None = None
-    """k of avg@k / pass@k. Default: the smallest number of responses of any problem."""
-    skip_invalid: bool = False
-    """Skip malformed problem rows, --input lines and generations entries (named in the
-    summary's skipped, skipped_problem_rows and generations_of_skipped_rows, left out of every
-    number; exit 0). Without it a malformed problem row or --input line is NOT JUDGED: named
-    in the summary's not_judged with its file and line, its responses and the reason, the rest
-    scored, exit 3; a malformed generations entry fails the command (exit 1, naming its file
-    and entry). A line that cannot be decoded at all (not JSON, not UTF-8, nested too deeply)
-    is malformed too."""
-    allow_errors: bool = False
-    """Count responses the verifier could not score (INVALID_INPUT, SANDBOX_ERROR,
-    INTERNAL_ERROR) as incorrect and write the summary; without it they fail the command
-    (exit 1) once the rest is scored: --results-output is written, the summary is not. Rows
-    that cannot be judged at all (malformed, LiveCodeBench tests that inflate past
-    verifier.lcb.MAX_LCB_TESTS_BYTES, a ground truth over the verifier's cap) are never sent
-    and never fail the command: named in the summary's not_judged (exit 3) and left out of
-    every number, or with this flag their responses counted as incorrect (INVALID_INPUT)."""
-    results_output: Path | None = None
-    """Also write one JSON line per scored response (id, index, status, reward, detail)."""
-    scoring: ScoringConfig = field(default_factory=ScoringConfig)
-    client: ClientConfig = field(default_factory=_default_client)
-    progress: Literal["auto", "on", "off"] = "auto"
-    """Progress bar: "auto" shows it on a terminal only."""
-    log_format: Literal["json", "text"] = "text"
-
-    def __post_init__(self) -> None:
-        if self.input is not None and (self.problems or self.generations is not None):
-            raise ValueError("give either --input or --problems with --generations, not both")
-        if self.input is None and not (self.problems and self.generations is not None):
-            raise ValueError("give --input GENERATIONS.jsonl, or --problems FILE[,FILE...] "
-                             "with --generations FILE")
-        if self.explain is not None and self.input is not None:
-            raise ValueError("--explain compares profiles on LiveCodeBench problems: give "
-                             "--problems with --generations")
-        if self.explain is not None and self.explain == self.lcb_profile:
-            raise ValueError(f"--explain {self.explain} is --lcb-profile itself: name another "
-                             "profile (e.g. --explain default)")
-        for name in ("lcb_start", "lcb_end"):
-            try:
-                date.fromisoformat(getattr(self, name))
-            except ValueError:
-                raise ValueError(f"--{name.replace('_', '-')} must be a date like 2024-08-01, "
-                                 f"got {getattr(self, name)!r}") from None
-
-    def problem_files(self) -> list[Path]:
-        """``--problems`` split at commas."""
-        return [Path(p) for arg in self.problems for p in arg.split(",") if p.strip()]
-
-    def lcb_window(self) -> tuple[str, str] | None:
-        return None if self.lcb_all_dates else (self.lcb_start, self.lcb_end)
 
 
 def _write_json_lines(path: Path, records: Iterable[dict]) -> None:

@@ -13,7 +13,7 @@ import math
 import threading
 import time
 from concurrent.futures import CancelledError, Future, InvalidStateError, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Iterable
 
 from sandbox import SandboxKind, SandboxUnavailable, create_sandbox
@@ -23,65 +23,10 @@ from verifier.items import (Item, Limits, Outcome, Result, Status, VerifierError
 from verifier.code_score import MIN_MEMORY_MB, score_code
 from verifier.math_score import quick_verdict, score_math
 from verifier.pool import TASK_CPU, DeadlineExceeded, DeadlinePool, TaskFailed, WorkerDied
-from verifier.profiles import (DEFAULT_MAX_OUTPUT_MB, Profile, ProfileName, get_profile,
-                               output_cap)
+from verifier.config import ScoringConfig
+from verifier.profiles import Profile, get_profile, output_cap
 
 log = logging.getLogger(__name__)
-
-@dataclass
-class ScoringConfig:
-    """How items are scored. Shared by ``verifier serve`` and ``verifier check``."""
-
-    workers: int = 2
-    """Math worker processes, and code samples run at once. Default 2 (one per core here);
-    set it to the pod's CPU count."""
-    sandbox: SandboxKind = "nsjail"
-    """Where model-written code runs: "nsjail" (default), "docker", or "unsafe-none" (no
-    isolation; development only, refused off loopback)."""
-    docker_image: str = "python:3.11-slim"
-    """Image of the docker sandbox's containers (with ``--sandbox docker``; the engine is the
-    one DOCKER_HOST names). It must hold ``python3``; the verifier image does."""
-    code_concurrency: int = 0
-    """Code samples run at once; 0 (default): ``workers``. A sample's jail spends about as
-    much wall time in the kernel (namespaces, cgroups made and torn down) as on the CPU, so
-    a value above the cores keeps them busy (docs/verifier.md 3); it also lets CPU-heavy
-    tests share the cores, so their wall-clock limits get less slack."""
-    warm_jails: int | None = None
-    """Pre-started jails kept ready per jail command (nsjail): a sample's jail is started
-    while earlier samples run, so its set-up is off the sample's path (sandbox/warm.py; each
-    jail still serves one sample only). None (default): one per code slot; 0: none, every
-    sample starts its jail when it arrives."""
-    math_timeout_s: float = 5.0
-    """Hard wall-clock deadline for one math item, seconds, unless the item asks for another.
-    5 s is far above a normal item (~10 ms) and bounds a sympy blow-up."""
-    max_timeout_s: float = 300.0
-    """The largest per-item deadline a caller may ask for, seconds; a larger one is
-    INVALID_INPUT (a client cannot pin a worker for an hour)."""
-    max_memory_mb: int = 4096
-    """The largest per-item program memory (``limits.memory_mb``) a caller may ask for, MiB; a
-    larger one is INVALID_INPUT (one item cannot claim the pod's memory). Default 4 GiB."""
-    max_pending: int = 4096
-    """Items queued per domain beyond those running; past it a batch call gets
-    RESOURCE_EXHAUSTED and a stream waits (backpressure). Bounds server memory."""
-    max_output_mb: int = DEFAULT_MAX_OUTPUT_MB
-    """The server's maximum output (stdout, or the output a harness captures) of one test of a
-    code item, MiB; more is OUTPUT_LIMIT. lcb and skywork items get all of it (LiveCodeBench
-    has no output cap, nor has Skywork-OR1's copy of its judge: raise this, and the item's
-    memory_mb, to judge programs that print more); the default profile keeps its own 8 MiB
-    cap, or this maximum if it is lower. Each test's output is
-    compared in a worker limited by --worker-memory-mb. Default 64 MiB."""
-    worker_memory_mb: int = 2048
-    """Address-space limit of each math worker process, MiB; a bigger answer is MEMORY_LIMIT."""
-    worker_max_tasks: int = 2000
-    """Tasks a worker process (math, or comparing a program's output) runs before it is
-    replaced by a fresh fork of the warm forkserver; 0: never. Bounds what a long-lived worker
-    accumulates (caches, heap holes): in a 60-minute soak the workers grew +4.5 MB/hour. A
-    replacement costs a fork, a few milliseconds per 2,000 tasks."""
-    profile: ProfileName = "default"
-    """The judging profile of items that name none: "default" (this project's rules), "lcb"
-    (LiveCodeBench's judge) or "skywork" (the released Skywork-OR1 reward). See README.md's
-    table of profiles."""
-
 
 def _preload_modules() -> tuple[str, ...]:
     # Imported once in the forkserver so each (re)started worker begins warm. (One forkserver

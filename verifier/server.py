@@ -18,7 +18,6 @@ TLS and metrics, and drained with the gRPC port.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import signal
@@ -26,9 +25,7 @@ import sys
 import threading
 import time
 from concurrent import futures as cf
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Literal
+from typing import TYPE_CHECKING, Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -41,7 +38,8 @@ from verifier.items import VerifierError
 from verifier.metrics import ServerMetrics
 from verifier.proto import verifier_pb2 as pb
 from verifier.proto import verifier_pb2_grpc as pb_grpc
-from verifier.scoring import Scorer, ScoringConfig
+from verifier.config import ServeConfig
+from verifier.scoring import Scorer
 from verifier.servicer import GRPC_CODES, VerifierServicer, abort, peer
 
 if TYPE_CHECKING:
@@ -57,127 +55,6 @@ SERVER_KEEPALIVE_OPTIONS = [
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
     ("grpc.http2.max_ping_strikes", 0),
 ]
-
-@dataclass
-class ServeConfig:
-    """``verifier serve``: run the verification service."""
-
-    host: str = "127.0.0.1"
-    """Address to bind. Loopback by default: the service runs model-written code, so exposing
-    it is a decision (see --insecure)."""
-    port: int = 50051
-    """TCP port; 0 picks a free one (the bound port is logged)."""
-    scoring: ScoringConfig = field(default_factory=ScoringConfig)
-    max_message_mb: int = 256
-    """Largest gRPC message either way, MiB. Code rows carry ~105 KB of tests each on average,
-    so a 256-item batch of them needs ~27 MiB; the default leaves room for outliers."""
-    max_concurrent_rpcs: int = 64
-    """Scoring (and reflection) calls served at once; more get RESOURCE_EXHAUSTED at once
-    instead of queueing unbounded. Health checks have slots of their own (--max-probe-calls)."""
-    max_probe_calls: int = 16
-    """Health checks served at once, on threads of their own: no number of scoring calls can
-    starve the probes."""
-    request_timeout_s: float = 60.0
-    """Seconds a unary call may take to deliver its request message after its headers; a
-    caller that sends headers and never a body is cancelled instead of holding a slot."""
-    idle_timeout_s: float = 300.0
-    """Seconds a stream (ScoreStream, ScoreBatchStream) with nothing being scored may go without sending an item or taking
-    a result before it is cancelled (the fleet client reopens a stream when it needs one). At
-    the call limit, a call waiting on its client for 2 s gives its slot to a new call."""
-    stream_inflight: int = 512
-    """Items one stream may have in flight; past it the server stops reading that stream
-    (gRPC flow control then slows the client), so one client cannot fill the whole queue."""
-    grace_s: float = 30.0
-    """On SIGTERM: seconds to let in-flight RPCs finish before cancelling them."""
-    log_format: Literal["json", "text"] = "json"
-    """Log lines as JSON objects (for log pipelines) or plain text."""
-    insecure: bool = False
-    """Allow binding a non-loopback address without TLS or a token."""
-    exit_with_parent: bool = False
-    """Drain and exit when the process that started this server dies (a verifier started for
-    one job, e.g. by `trainer run`, must not outlive a job that was killed)."""
-    tls_cert: Path | None = None
-    """PEM certificate chain this server presents; with --tls-key it turns TLS on. Default off:
-    on loopback nobody can listen in; off loopback TLS or a token (or --insecure) is required."""
-    tls_key: Path | None = None
-    """PEM private key of --tls-cert."""
-    tls_client_ca: Path | None = None
-    """PEM CA bundle: require client certificates signed by it (mutual TLS). Needs --tls-cert."""
-    token_file: Path | None = None
-    """File of accepted bearer tokens, one per line (two lines during a rotation); re-read when
-    it changes (a Kubernetes Secret volume). Clients send ``authorization: Bearer <token>``;
-    a missing or wrong one is UNAUTHENTICATED. Health checks need no token (probes)."""
-    token_env: str | None = None
-    """Name of an environment variable holding an accepted bearer token (read at start-up);
-    may be combined with --token-file."""
-    health_port: int | None = None
-    """Extra plaintext port serving only grpc.health.v1, for Kubernetes gRPC probes, which
-    cannot speak TLS. Default: none (probes use the main port when TLS is off)."""
-    metrics_port: int | None = None
-    """Port of the Prometheus /metrics endpoint (plain HTTP, no token: it shows counts only).
-    Default: off; 0 picks a free port (logged)."""
-    metrics_host: str | None = None
-    """Address the metrics endpoint binds; default: --host."""
-    http_port: int | None = None
-    """Port of the HTTP gateway on --host (verifier/http_gateway.py): SandboxFusion's POST
-    /run_code, OpenRLHF's POST /get_reward and POST /score (JSON items), with this server's
-    scorer, sandbox, limits, TLS, token, metrics and drain. Default: off; 0 picks a free port
-    (logged)."""
-    http_max_body_mb: int = 100
-    """Largest HTTP request body, MiB; a bigger one is refused (413) on its Content-Length or
-    as soon as it passes the limit. A body must arrive within --request-timeout-s (else 408)."""
-    http_max_requests: int = 1024
-    """HTTP scoring requests served at once (each /run_code is one run; newer OpenRLHF sends
-    one query per request); more get 429 at once. Health checks are not counted."""
-
-    def __post_init__(self) -> None:
-        loopback = _is_loopback(self.host)
-        if self.scoring.sandbox == "unsafe-none" and not loopback:
-            raise ValueError(
-                "--sandbox unsafe-none runs model-written code without isolation and is allowed "
-                f"only on a loopback address, not {self.host!r}"
-            )
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("--tls-cert and --tls-key go together")
-        if self.tls_client_ca is not None and self.tls_cert is None:
-            raise ValueError("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key")
-        if not loopback and not (self.tls or self.token_file or self.token_env or self.insecure):
-            raise ValueError(
-                f"refusing to bind non-loopback address {self.host!r} without TLS "
-                "(--tls-cert/--tls-key) or a token (--token-file/--token-env); pass --insecure "
-                "to do it anyway"
-            )
-        if self.max_message_mb < 1:
-            raise ValueError("max_message_mb must be >= 1")
-        if self.http_port is not None and not 0 <= self.http_port <= 65535:
-            raise ValueError(f"--http-port must be 0-65535, got {self.http_port}")
-        for name in ("max_concurrent_rpcs", "max_probe_calls", "http_max_body_mb",
-                     "http_max_requests"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
-        for name in ("request_timeout_s", "idle_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be > 0 seconds")
-        for name in ("tls_cert", "tls_key", "tls_client_ca"):
-            path = getattr(self, name)
-            if path is not None and not Path(path).is_file():
-                raise ValueError(f"--{name.replace('_', '-')} {path}: no such file")
-        if self.token_file is not None or self.token_env is not None:
-            TokenSource(self.token_file, self.token_env)  # fail now on an empty token source
-
-    @property
-    def tls(self) -> bool:
-        return self.tls_cert is not None
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
 
 SWITCH_INTERVAL_S = 0.0005
 """``sys.setswitchinterval`` of a serving process (see ``serve``)."""
@@ -316,8 +193,8 @@ def create_server(
             mhost = config.metrics_host or host.strip("[]")
             metrics_port = metrics.serve_http(mhost, config.metrics_port)
         if config.http_port is not None:
-            # Imported here: aiohttp (0.16 s) is needed only with --http-port, and every
-            # `verifier` command (`check`, `health`) imports this module for ServeConfig.
+            # Imported here: aiohttp (0.16 s of start-up) is needed only with --http-port;
+            # a server without the gateway, and every test or trainer that starts one, skips it.
             from verifier.http_gateway import HttpGateway
 
             gateway = HttpGateway(
