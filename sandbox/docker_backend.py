@@ -28,7 +28,8 @@ import struct
 import tarfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from signal import SIGKILL
 from typing import Any
 
 from .base import (
@@ -133,10 +134,32 @@ def _pump(sock: socket.socket, payload: bytes, deadline: float, sink: OutputSink
             return False
 
 
-def _end(api: Any, cid: str, early: tuple[str, str] | None,
-         deadline: float) -> tuple[str, str, int | None, int | None]:
+OOM_FLAG_GRACE_S = 2.0
+"""How long a container killed by SIGKILL (that we did not send) is re-inspected for the
+engine's OOMKilled flag before the kill is reported as a plain signal."""
+
+
+def _await_oom_flag(api: Any, cid: str, state: dict) -> dict:
+    """The container's state once the engine has set OOMKilled, or as it is after
+    ``OOM_FLAG_GRACE_S``.
+
+    Why wait: containerd delivers a container's OOM event and its exit event independently, and
+    before containerd 2.2 (containerd/containerd#12714, "We should always send oom event before
+    exit event"; also #8180) the exit could be recorded first: a memory bomb then read as
+    "killed by signal 9" under load, not as the memory limit. Only SIGKILL deaths pay this, and
+    only those that were not the OOM killer's pay all of it."""
+    deadline = time.monotonic() + OOM_FLAG_GRACE_S
+    while not state.get("OOMKilled") and time.monotonic() < deadline:
+        time.sleep(0.05)
+        state = api.inspect_container(cid).get("State", {})
+    return state
+
+
+def _end(api: Any, cid: str, early: tuple[str, str] | None, deadline: float,
+         closed: Callable[[], bool]) -> tuple[str, str, int | None, int | None]:
     """(status, detail, exit code, signal) of a container whose stream has ended; one stopped
-    ``early`` (a limit, the caller) is killed first and keeps that status."""
+    ``early`` (a limit, the caller) is killed first and keeps that status. ``closed()``: the
+    sandbox killed it while closing (then no OOM flag is waited for)."""
     if early is not None:
         try:
             api.kill(cid)
@@ -150,6 +173,8 @@ def _end(api: Any, cid: str, early: tuple[str, str] | None,
     state = api.inspect_container(cid).get("State", {})
     if early is not None:
         return early[0], early[1], None, None
+    if code == 128 + SIGKILL and not state.get("OOMKilled") and not closed():
+        state = _await_oom_flag(api, cid, state)
     if state.get("OOMKilled"):
         return "memory", "killed by the container memory limit", None, None
     if code is not None and code >= 128:
@@ -312,7 +337,8 @@ class DockerSandbox:
             _shut(sock)
             early = (("timeout", f"wall time over {lim.wall_s:g} s") if timed_out
                      else sink.stop_reason())
-            status, detail, exit_code, sig = _end(api, cid, early, deadline)
+            status, detail, exit_code, sig = _end(api, cid, early, deadline,
+                                                  lambda: self._was_killed(container))
         except SandboxUnavailable as e:
             return RunResult("error", detail=str(e))
         except Exception as e:  # the engine failed: not the program's fault

@@ -367,6 +367,40 @@ def test_docker_backend_memory_limit(sb) -> None:
     assert b"big" not in r.stdout
 
 
+class _LateOomEngine:
+    """A stand-in for the engine's API in one respect the real engine shows only at random
+    (under load): the container's exit is recorded before its OOM event, so the first inspects
+    read OOMKilled false (containerd before 2.2; sandbox/docker_backend.py _await_oom_flag).
+    The real-engine path is test_docker_backend_memory_limit above."""
+
+    def __init__(self, flag_after: int):
+        self.inspects, self.flag_after = 0, flag_after
+
+    def wait(self, cid, timeout):
+        return {"StatusCode": 137}
+
+    def inspect_container(self, cid):
+        self.inspects += 1
+        return {"State": {"OOMKilled": self.inspects > self.flag_after}}
+
+
+def test_docker_backend_waits_for_a_late_oom_flag() -> None:
+    from sandbox.docker_backend import OOM_FLAG_GRACE_S, _end
+
+    late = _LateOomEngine(flag_after=3)
+    status, detail, _, _ = _end(late, "c", None, time.monotonic() + 10, lambda: False)
+    assert status == "memory" and "memory limit" in detail and late.inspects == 4
+    # A SIGKILL that is not the OOM killer's stays a signal, after the grace.
+    never = _LateOomEngine(flag_after=10**9)
+    t = time.monotonic()
+    assert _end(never, "c", None, time.monotonic() + 10, lambda: False)[0] == "signal"
+    assert time.monotonic() - t >= OOM_FLAG_GRACE_S
+    # One the sandbox killed while closing is not waited for.
+    closing = _LateOomEngine(flag_after=10**9)
+    assert _end(closing, "c", None, time.monotonic() + 10, lambda: True)[0] == "signal"
+    assert closing.inspects == 1
+
+
 def test_docker_backend_process_limit(sb) -> None:
     r = py(sb, "import os, time\nn = 0\n"
                "try:\n for _ in range(200):\n  if os.fork() == 0:\n   time.sleep(5); os._exit(0)\n"
