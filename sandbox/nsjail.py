@@ -201,7 +201,7 @@ class NsjailSandbox:
         self._lock = threading.Lock()
         self._files_dir: scratch.OwnedDir | None = None
         self._files_cache: dict[str, str] = {}
-        self._running = RunningProcesses()
+        self._running = RunningProcesses(stop_signal=signal.SIGTERM)  # nsjail cleans its cgroups
         prefix = self._python_prefix()
         if prefix:
             self._host_ro.append(prefix)
@@ -363,8 +363,9 @@ class NsjailSandbox:
         return self._result(out, lim)
 
     def close(self) -> None:
-        """SIGKILL every jail of this sandbox that is still running (their ``run`` calls return
-        at once with status "error", detail CLOSED), make later ``run`` calls do the same
+        """Stop every jail of this sandbox that is still running (SIGTERM: nsjail kills the
+        jail and removes its cgroups; SIGKILL after ``process.STOP_GRACE_S``; their ``run`` calls
+        return at once with status "error", detail CLOSED), make later ``run`` calls do the same
         without starting anything, and remove the input-file directory. Idempotent; for a
         server that is stopping (cancelled samples must not run out their wall limits)."""
         if self.warm_jails is not None:

@@ -68,12 +68,20 @@ class ProcessOutcome:
 
 class RunningProcesses:
     """The processes a sandbox object has running (``run_process(..., running=)``), so that
-    ``close()`` can kill them all from another thread and refuse new ones."""
+    ``close()`` can stop them all from another thread and refuse new ones.
 
-    def __init__(self) -> None:
+    ``stop_signal``: what ``close()`` sends first. SIGKILL (default) kills each process group
+    at once. nsjail passes SIGTERM: nsjail then kills its jail and removes the jail's cgroups
+    itself, which a SIGKILLed nsjail cannot do (its ``NSJAIL.<pid>`` cgroups stayed behind
+    when a draining server closed its sandbox with a sample running); a process still there
+    after ``STOP_GRACE_S`` has its group SIGKILLed."""
+
+    def __init__(self, stop_signal: int = signal.SIGKILL) -> None:
         self._lock = threading.Lock()
         self._procs: set[subprocess.Popen] = set()
         self.closed = False
+        self.stop_signal = stop_signal
+        self._stopped: set[subprocess.Popen] = set()  # signalled by close() while alive
 
     def add(self, proc: subprocess.Popen) -> bool:
         """Track a started process; once closed, kill it at once instead (False)."""
@@ -84,6 +92,12 @@ class RunningProcesses:
             self._procs.add(proc)
             return True
 
+    def stopped_by_close(self, proc: subprocess.Popen) -> bool:
+        """Whether ``close()`` sent ``stop_signal`` to this process while it ran (nsjail then
+        exits with a status of its own, not by a signal)."""
+        with self._lock:
+            return proc in self._stopped
+
     def discard(self, proc: subprocess.Popen) -> None:
         """Stop tracking a process. Called BEFORE it is reaped: while it is tracked its pid
         (and process group id) cannot be reused, so ``close()`` never kills a stranger."""
@@ -91,12 +105,35 @@ class RunningProcesses:
             self._procs.discard(proc)
 
     def close(self) -> None:
-        """SIGKILL the process group of every tracked process (each ``run_process`` then
-        returns promptly, ``cancelled``) and kill any process added later."""
+        """Stop every tracked process (each ``run_process`` then returns promptly,
+        ``cancelled``) and kill any process added later: ``stop_signal``, then SIGKILL of the
+        group of each one still tracked and alive after ``STOP_GRACE_S``.
+
+        Signals go only to processes still tracked, under the lock: a process leaves the set
+        before it is reaped, so its pid cannot have been reused by a stranger."""
         with self._lock:
             self.closed = True
+            if self.stop_signal == signal.SIGKILL:
+                for proc in self._procs:
+                    _kill_group(proc)
+                return
             for proc in self._procs:
-                _kill_group(proc)
+                if _exited(proc):
+                    continue  # ended by itself: it keeps its result
+                try:
+                    os.kill(proc.pid, self.stop_signal)
+                    self._stopped.add(proc)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + STOP_GRACE_S
+        while True:
+            with self._lock:
+                left = [p for p in self._procs if not _exited(p)]
+                if not left or time.monotonic() >= deadline:
+                    for proc in left:
+                        _kill_group(proc)
+                    return
+            time.sleep(0.002)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -279,10 +316,11 @@ def drive_process(
     finally:
         run.finish(stop_signal)
     out = run.outcome
-    # Killed by close(): SIGKILL (or not even reaped); one that ended by itself before keeps
-    # its result.
+    # Stopped by close(): SIGKILLed (or not even reaped), or sent its stop signal while it
+    # ran; one that ended by itself before keeps its result.
     out.cancelled = (running is not None and running.closed
-                     and (out.returncode is None or out.returncode < 0))
+                     and (out.returncode is None or out.returncode < 0
+                          or running.stopped_by_close(started.proc)))
     out.wall_s = time.monotonic() - start
     return out
 

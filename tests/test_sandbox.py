@@ -508,13 +508,15 @@ def _run_in_thread(sb, out: list, started: threading.Event) -> threading.Thread:
     return t
 
 
-def _closes_promptly(sb) -> None:
+def _closes_promptly(sb, while_running=lambda: None):
     """A run of ``while True: pass`` returns within seconds of ``close()`` (its wall limit is
-    60 s) as a run that says it was cancelled; later runs return at once, starting nothing."""
+    60 s) as a run that says it was cancelled; later runs return at once, starting nothing.
+    Returns what ``while_running()`` returned, called while the program runs."""
     out: list = []
     started = threading.Event()
     t = _run_in_thread(sb, out, started)
     assert started.wait(30), "the program never started"
+    seen = while_running()
     t0 = time.monotonic()
     sb.close()
     t.join(10)
@@ -525,12 +527,51 @@ def _closes_promptly(sb) -> None:
     r = sb.run([sb.python, "-I", "-S", "-c", "print(1)"])
     assert r.status == "error" and r.detail == CLOSED and time.monotonic() - t0 < 0.5, r
     sb.close()  # idempotent
+    return seen
+
+
+def _jails_running(program: str) -> list[int]:
+    """Outside pids of the jails (the first process nsjail cloned) of this process's nsjail
+    children whose command line holds ``program``."""
+    procs = {}
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{d}/cmdline", "rb").read().split(b"\0")
+            ppid = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        procs[int(d)] = (ppid, cmd)
+    nsjails = {pid for pid, (ppid, cmd) in procs.items() if ppid == os.getpid()
+               and cmd[0].endswith(b"nsjail") and program.encode() in cmd}
+    return [pid for pid, (ppid, _) in procs.items() if ppid in nsjails]
+
+
+def _nsjail_cgroups(pids: list[int]) -> list[str]:
+    """The ``NSJAIL.<pid>`` cgroups (nsjail names them by the jail's outside pid) of these jails
+    that exist now, in any hierarchy."""
+    names = {f"NSJAIL.{p}" for p in pids}
+    return [os.path.join(d, s) for d, subdirs, _ in os.walk("/sys/fs/cgroup")
+            for s in subdirs if s in names]
 
 
 def test_close_kills_a_running_jail_promptly():
+    """...and leaves no cgroup behind: close() sends nsjail SIGTERM, on which nsjail kills the
+    jail and removes the jail's cgroups (a SIGKILLed nsjail left them: a draining server's
+    soak found NSJAIL.<pid> cgroups of the sample it cancelled)."""
     baseline = sandbox_pids()
-    _closes_promptly(NsjailSandbox())
+    sb = NsjailSandbox()
+    sb.self_test()  # picks the cgroup mode the server's sandbox has (create_sandbox does this)
+
+    def running_jail() -> list[int]:
+        pids = _jails_running(LOOP)
+        if sb.cgroup_mode != "off":
+            assert _nsjail_cgroups(pids), "the running jail has no cgroup to check"
+        return pids
+
+    pids = _closes_promptly(sb, running_jail)
+    assert len(pids) == 1, pids
     assert_no_leftovers(baseline)
+    assert _nsjail_cgroups(pids) == []
 
 
 def test_close_kills_a_running_unsafe_process_promptly():
