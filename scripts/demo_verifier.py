@@ -18,7 +18,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from verifier.cli import CheckConfig, run_check, summary_table  # noqa: E402
+from verifier.cli import run_check, summary_table  # noqa: E402
+from verifier.config import CheckConfig  # noqa: E402
 from verifier.local import LocalVerifier  # noqa: E402
 
 
