@@ -207,11 +207,11 @@ def test_item_errors_are_logged_as_json_with_the_item_id(caplog) -> None:
     from pythonjsonlogger.json import JsonFormatter
 
     from verifier.items import Result
-    from verifier.servicer import log_item_error
+    from verifier.metered import log_item_error
 
     caplog.set_level(logging.WARNING, logger="verifier.server")
     log_item_error(Result("item-42", 0.0, False, Status.INTERNAL_ERROR, detail="worker died"),
-                    "math")
+                   "math", logging.getLogger("verifier.server"))
     rec = next(r for r in caplog.records if r.getMessage() == "item not scored")
     line = json.loads(JsonFormatter("%(levelname)s %(message)s").format(rec))
     assert line["item_id"] == "item-42" and line["status"] == "INTERNAL_ERROR"

@@ -48,7 +48,8 @@ from verifier.http_gateway_rewards import (
     score_items,
 )
 from verifier.http_gateway_run_code import CodeRunner, parse_run_code, run_code_response
-from verifier.items import Item, Result, Status, VerifierError
+from verifier.items import Item, Result, VerifierError
+from verifier.metered import submit_all, submit_metered
 from verifier.metrics import ServerMetrics
 from verifier.scoring import Scorer
 
@@ -131,14 +132,6 @@ def _decode_json(body: bytes) -> Any:
         raise VerifierError("the body's JSON is nested too deeply", "invalid_argument") from None
     except ValueError as e:  # json.JSONDecodeError and UnicodeDecodeError
         raise VerifierError(f"the body is not valid JSON: {e}"[:300], "invalid_argument") from None
-
-
-def _log_not_scored(result: Result, domain: Any) -> None:
-    if result.status is Status.INTERNAL_ERROR or (
-            result.status is Status.SANDBOX_ERROR and not result.detail.startswith("no sandbox")):
-        log.warning("item not scored", extra={"item_id": result.id, "domain": str(domain),
-                                              "status": result.status.value,
-                                              "detail": result.detail[:500]})
 
 
 class HttpGateway:
@@ -355,34 +348,9 @@ class HttpGateway:
                 f.cancel()  # no-op for the finished; frees the queue of a request gone away
 
     def _submit_all(self, entries: list[Entry]) -> list[cf.Future]:
-        futures: list[cf.Future] = []
-        try:
-            for entry in entries:
-                futures.append(self._submit(entry))
-        except VerifierError as e:
-            for f in futures:
-                f.cancel()
-            if e.code == "resource_exhausted":
-                self.metrics.rejected.labels(reason="queue_full").inc()
-            raise
-        return futures
+        return submit_all(self._submit, entries, self.metrics, [])
 
     def _submit(self, entry: Entry) -> cf.Future:
         """One item to the Scorer, counted in the metrics as the gRPC servicer counts it."""
         domain = entry.domain if isinstance(entry, Item) and isinstance(entry.domain, str) else ""
-        self.metrics.item_started(domain)
-        try:
-            fut = self.scorer.submit(entry)
-        except BaseException:
-            self.metrics.item_finished(domain, None)
-            raise
-
-        def done(f: cf.Future) -> None:
-            result = None if f.cancelled() else f.result()
-            self.metrics.item_finished(domain, result)
-            if result is not None:
-                self.metrics.observe_costs(domain, getattr(f, "costs", {}))
-                _log_not_scored(result, domain)
-
-        fut.add_done_callback(done)
-        return fut
+        return submit_metered(self.scorer, self.metrics, entry, domain, log)

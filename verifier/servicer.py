@@ -26,7 +26,8 @@ import grpc
 
 from verifier.call_gate import current_call
 from verifier.convert import RETRY_AFTER_KEY, item_from_proto, result_to_proto
-from verifier.items import Result, Status, VerifierError, unreadable
+from verifier.items import VerifierError, unreadable
+from verifier.metered import submit_all, submit_metered
 from verifier.metrics import ServerMetrics
 from verifier.proto import verifier_pb2 as pb
 from verifier.proto import verifier_pb2_grpc as pb_grpc
@@ -94,15 +95,6 @@ def peer(context: grpc.ServicerContext) -> str:
         return "?"
 
 
-def log_item_error(result: Result, domain: str) -> None:
-    """A structured log line, with the item's id, for results that are not genuine verdicts."""
-    if result.status is Status.INTERNAL_ERROR or (
-            result.status is Status.SANDBOX_ERROR and not result.detail.startswith("no sandbox")):
-        log.warning("item not scored", extra={"item_id": result.id, "domain": domain,
-                                              "status": result.status.value,
-                                              "detail": result.detail[:500]})
-
-
 class VerifierServicer(pb_grpc.VerifierServicer):
     def __init__(self, scorer: Scorer, stream_inflight: int, max_batch: int,
                  metrics: ServerMetrics | None = None):
@@ -123,25 +115,8 @@ class VerifierServicer(pb_grpc.VerifierServicer):
             item = item_from_proto(msg)
         except Exception as e:  # noqa: BLE001 - one item never sinks its call
             item = (msg.id, unreadable(e))
-        domain = msg.domain
-        self.metrics.item_started(domain)
-        try:
-            fut = self.scorer.submit(item, block_s=block_s)
-        except BaseException:
-            self.metrics.item_finished(domain, None)
-            raise
-        receive = time.thread_time() - cpu_start
-        fut.domain = domain  # type: ignore[attr-defined]
-
-        def done(f: cf.Future) -> None:
-            result = None if f.cancelled() else f.result()
-            self.metrics.item_finished(domain, result)
-            if result is not None:
-                self.metrics.observe_costs(
-                    domain, {**getattr(f, "costs", {}), "receive": receive})
-                log_item_error(result, domain)
-
-        fut.add_done_callback(done)
+        fut = submit_metered(self.scorer, self.metrics, item, msg.domain, log, block_s=block_s,
+                             cpu_start=cpu_start)
         return fut
 
     def _encode(self, fut: cf.Future) -> pb.Result:
@@ -172,13 +147,8 @@ class VerifierServicer(pb_grpc.VerifierServicer):
         # A client that goes away (cancel, deadline) must not leave its items queued.
         context.add_callback(lambda: [f.cancel() for f in submitted])
         try:
-            for msg in request.items:
-                submitted.append(self._submit(msg))
+            submit_all(self._submit, request.items, self.metrics, submitted)
         except VerifierError as e:
-            for f in submitted:
-                f.cancel()
-            if e.code == "resource_exhausted":
-                self.metrics.rejected.labels(reason="queue_full").inc()
             log.info("batch refused", extra={"peer": peer(context), "items": len(request.items),
                                              "reason": str(e)})
             abort(context, e)
