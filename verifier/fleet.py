@@ -584,7 +584,8 @@ class FleetStream:
                         msg = self._ready.popleft()
                         took_fresh = True
                     batch.append(msg)
-                    size += msg.ByteSize()
+                    if att.batched:  # a message per item needs no size (one ByteSize = one encode)
+                        size += msg.ByteSize()
                 if took_fresh:
                     self._cond.notify_all()  # room for the feeder
                 for msg in batch:
