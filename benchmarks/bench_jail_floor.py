@@ -1,4 +1,4 @@
-"""The floor of a fresh jail per sample, measured: what any forkserver design could reach (issue 29).
+"""What a fresh jail per sample costs, measured: what a forkserver design could reach (issue 29).
 
 Issue 29 asks code verdicts at twice the naive run's throughput (a fresh unsandboxed ``python3``
 per test) while every sample keeps a world of its own. On a CPU-bound machine the throughput
@@ -7,15 +7,18 @@ benchmark's workload (``bench_code.make_samples``: 5 stdin/stdout tests, half of
 
 - ``naive``: one ``python3 -S prog.py`` per test, stopping at the first failure (bench_code's
   baseline, run one sample at a time);
-- ``floor``: the least a per-sample jail can do, from a warm process, in this process's own code:
-  fork; the child unshares new user, mount, PID, network, IPC, UTS and cgroup namespaces; this
+- ``floor``: a per-sample jail forked from this process, in this process's own code: fork; the
+  child unshares new user, mount, PID, network, IPC, UTS and cgroup namespaces; this
   process writes its uid/gid maps (an outside uid of its own, as the pool gives); the child
   forks the namespace's PID 1, which makes its mounts private, mounts a fresh tmpfs root with
   ``/usr``, ``/lib``, ``/lib64`` and ``/bin`` bound read-only into it, chroots there and runs each
   test in a forked child (the program compiled once, stdin and stdout on pipes), comparing
   outputs. It leaves out what nsjail's policy also does (seccomp, cgroups, rlimits, the
-  harness's framing and signing, ``pivot_root``, dropping to uid 65534), so every real design
-  costs more than this;
+  harness's framing and signing, ``pivot_root``, dropping to uid 65534). It is NOT a lower
+  bound, though it was taken for one (README "The cost of a jail per sample"): it forks this
+  process (the benchmark with the verifier imported) for every jail and every test and builds
+  the root per sample, and the ``zygote`` mode, which does all of that and more from a small
+  process, costs less;
 - ``floor+cg``: the floor, each jail also in a memory, pids and cpu cgroup (v1) of its own with
   the limits nsjail writes, made before and removed after the sample, as nsjail does;
 - ``1proc+cg``: ``floor+cg`` with the sample's tests run one after another in the jail's PID 1
@@ -23,6 +26,17 @@ benchmark's workload (``bench_code.make_samples``: 5 stdin/stdout tests, half of
   state earlier tests left: what a change of the judging rules, not of the sandbox, would buy;
 - ``forked``: the floor's processes without its namespaces, mounts and chroot (a fork per
   sample, a fork per test): the floor minus this is the kernel's work for the isolation;
+- ``zygote``: the forkserver design of issue 29, every step of nsjail's policy included: a small
+  warm process (the jails' own ``python3 -I -S``, benchmarks/jail_floor_zygote.py) with a
+  minimal read-only root made once forks each sample, which enters a memory, pids and cpu cgroup
+  of its own, drops to its outside uid, unshares a user namespace (65534 inside) and the mount,
+  PID, network, IPC, UTS and cgroup namespaces, mounts its scratch tmpfs, and forks its PID 1,
+  which sets the rlimits, drops every capability and loads nsjail's own seccomp filter (read
+  out of a running nsjail jail with ``PTRACE_SECCOMP_GET_FILTER``) before the tests run, a fork
+  each: what a forkserver costs per sample before the harness's framing and the service;
+- ``zygote+judge``: the same jails running the judge's own harness as their PID 1 (loaded once
+  in the zygote, ``main()`` per sample) under ``score_code`` in this process: a forkserver with
+  today's harness and judge, everything of a verdict but the gRPC service;
 - ``nsjail``: a cold jail per sample through the judge (``score_code`` on ``NsjailSandbox``
   with no pre-started jails), what the service runs, without the gRPC server.
 
@@ -31,18 +45,29 @@ the network namespace's deferred cleanup, which no process is charged for), so r
 otherwise idle machine; samples run one at a time; the modes alternate for ``--rounds`` rounds of
 ``--n`` samples and the medians are printed. Root only (it creates namespaces and mounts).
 
-    .venv/bin/python benchmarks/bench_jail_floor.py [--n 200] [--rounds 3]
+    .venv/bin/python benchmarks/bench_jail_floor.py [--n 200] [--rounds 3] [--parallel]
+
+``--parallel`` measures throughput instead, the way bench_code.py does: samples per second of
+the naive run two at a time against two zygotes and two zygote+judge pairs, interleaved rounds.
+``--split`` shows where a zygote+judge jail's CPU goes: the harness's own process against its
+test processes (``getrusage`` in the jail), with their page faults.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import io
+import json
 import os
+import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from statistics import median
 
@@ -242,66 +267,275 @@ def floor(sample: dict, root: str, cgroups: bool = False, one_process: bool = Fa
     return code == 0
 
 
+PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_DETACH, PTRACE_SECCOMP_GET_FILTER = 0x4206, 0x4207, 17, 0x420c
+
+
+def nsjail_seccomp_filter(binary: str, config: str) -> bytes:
+    """The classic BPF program nsjail compiles from the policy file's ``seccomp_string``s, read
+    out of a jail it started (``PTRACE_SECCOMP_GET_FILTER``: root, a stopped tracee)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+    jail = subprocess.Popen(
+        [binary, "--config", config, "--user", f"65534:{OUTSIDE_UID}:1", "--group",
+         f"65534:{OUTSIDE_UID}:1", "--time_limit", "30", "-m", "none:/tmp:tmpfs:size=1048576",
+         "--really_quiet", "--", "/bin/sleep", "30"], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # the jail's process: nsjail's child, once it runs sleep
+            kids = Path(f"/proc/{jail.pid}/task/{jail.pid}/children").read_text().split()
+            if kids and Path(f"/proc/{kids[0]}/exe").resolve().name == "sleep":
+                pid = int(kids[0])
+                break
+            if time.monotonic() > deadline or jail.poll() is not None:
+                raise RuntimeError("nsjail did not start its jail")
+            time.sleep(0.01)
+        _check(libc.ptrace(PTRACE_SEIZE, pid, None, None), "PTRACE_SEIZE")
+        _check(libc.ptrace(PTRACE_INTERRUPT, pid, None, None), "PTRACE_INTERRUPT")
+        os.waitpid(pid, 0x40000000)  # __WALL
+        n = libc.ptrace(PTRACE_SECCOMP_GET_FILTER, pid, None, None)
+        if n <= 0 or libc.ptrace(PTRACE_SECCOMP_GET_FILTER, pid, ctypes.c_void_p(1), None) != -1:
+            raise RuntimeError(f"expected one seccomp filter in the jail, found count {n}")
+        buf = ctypes.create_string_buffer(8 * n)
+        if libc.ptrace(PTRACE_SECCOMP_GET_FILTER, pid, None, buf) != n:
+            raise RuntimeError("PTRACE_SECCOMP_GET_FILTER failed")
+        libc.ptrace(PTRACE_DETACH, pid, None, None)
+        return buf.raw
+    finally:
+        jail.kill()
+        jail.wait()
+
+
+TEST_LIMITS = {"memory_mb": 1024, "cpu_s": 10, "fsize_mb": 16, "nproc": 32, "scratch_mb": 64,
+               "scratch_files": 4096}
+"""The per-run limits of the ``zygote`` mode's jails (SandboxLimits' defaults)."""
+
+
+class Zygote:
+    """benchmarks/jail_floor_zygote.py running, one sample at a time. With ``harness`` (the
+    judge's harness file) it is a sandbox for ``score_code`` (``ZygoteSandbox``), else it
+    compares each test's output in the jail (``zygote`` mode)."""
+
+    def __init__(self, python: str, root: str, bpf_path: str, uid: int = OUTSIDE_UID,
+                 harness: str = "", split: bool = False) -> None:
+        from sandbox.base import policy_environment
+
+        self.uid = uid
+        self.proc = subprocess.Popen(
+            [python, "-I", "-S", str(Path(__file__).with_name("jail_floor_zygote.py")), root,
+             "jail-floor-bench", bpf_path, *([harness] if harness else []),
+             *(["split"] if split else [])],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=policy_environment(),
+            stderr=subprocess.PIPE if split else None)
+        self._lines: dict[str, bytes] = {}
+
+    def __call__(self, sample: dict) -> bool:
+        line = self._lines.get(sample["id"])
+        if line is None:
+            line = self._lines[sample["id"]] = json.dumps(
+                {"program": sample["program"], "ground_truth": sample["ground_truth"],
+                 "uid": self.uid, "limits": TEST_LIMITS}).encode() + b"\n"
+        self.proc.stdin.write(line)
+        self.proc.stdin.flush()
+        code = self.proc.stdout.readline().strip()
+        if code not in (b"0", b"1"):
+            raise RuntimeError(f"zygote jail failed (exit {code!r})")
+        return code == b"0"
+
+    def harness_run(self, stdin: bytes, limits: dict, wall_s: float) -> tuple[int, bytes]:
+        """The harness in a fresh jail: its wait status and stdout."""
+        head = {"uid": self.uid, "limits": limits, "wall_s": wall_s, "stdin": len(stdin)}
+        self.proc.stdin.write(json.dumps(head).encode() + b"\n" + stdin)
+        self.proc.stdin.flush()
+        answer = json.loads(self.proc.stdout.readline())
+        return answer["status"], self.proc.stdout.read(answer["out"])
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=10)
+
+
+class ZygoteSandbox:
+    """The Sandbox interface over a harness zygote, for ``score_code``: the judge's own harness
+    run in the zygote's jails (``zygote+judge`` mode). It runs only the harness (the argv is
+    checked), its stdout whole at the end (no streaming: the judge's hook is fed after)."""
+
+    name = "zygote-bench"
+    isolated = True
+    cgroup_mode = "v1"
+
+    def __init__(self, zygote: Zygote, python: str) -> None:
+        self.zygote, self.python = zygote, python
+
+    def run(self, argv, *, stdin=b"", files={}, limits=None, on_stdout=None):
+        from sandbox.base import RunResult, SandboxLimits, ceil_s
+
+        if argv[-1] != "judge_harness.py":  # the harness's compile-to-bytecode run: refused
+            return RunResult("error", detail="the zygote runs only the harness")
+        lim = limits or SandboxLimits()
+        status, out = self.zygote.harness_run(stdin, {
+            "memory_mb": lim.memory_mb, "cpu_s": ceil_s(lim.cpu_s), "fsize_mb": lim.file_size_mb,
+            "nproc": lim.max_procs, "scratch_mb": lim.scratch_mb,
+            "scratch_files": lim.scratch_files}, lim.wall_s)
+        if status < 0:
+            return RunResult("error", detail="the zygote's jail failed")
+        if on_stdout is not None:
+            on_stdout(out)
+            out = b""
+        if os.WIFSIGNALED(status):
+            return RunResult("signal", signal=os.WTERMSIG(status), stdout=out)
+        return RunResult("ok", exit_code=os.WEXITSTATUS(status), stdout=out)
+
+    def self_test(self) -> None:
+        pass
+
+    def describe(self) -> str:
+        return "the zygote of benchmarks/jail_floor_zygote.py"
+
+    def close(self) -> None:
+        pass
+
+
+def _parallel(samples: list[dict], tmp: Path, candidates: dict, rounds: int) -> None:
+    """Samples per second, two at a time: the naive run (bench_code's baseline) against each
+    candidate, a pair of callables (each on its own zygote, with its own outside uid, as the
+    pool gives), alternating for ``rounds`` rounds."""
+    def rate(pair) -> float:
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(2) as ex:
+            list(ex.map(lambda i: [pair[i](s) for s in samples[i::2]], (0, 1)))
+        return len(samples) / (time.perf_counter() - t0)
+
+    naive = (lambda s: naive_sample(s, tmp),) * 2
+    ratios: dict[str, list[float]] = {name: [] for name in candidates}
+    for r in range(rounds):
+        base = rate(naive)
+        line = f"round {r + 1}: naive {base:.1f} samples/s"
+        for name, pair in candidates.items():
+            got = rate(pair)
+            ratios[name].append(got / base)
+            line += f", {name} {got:.1f} ({got / base:.2f})"
+        print(line, flush=True)
+    for name, rs in ratios.items():
+        print(f"two at a time, {len(samples)} samples: {name} / naive, median of {rounds} "
+              f"rounds: {median(rs):.2f}")
+    print(f"(load average {os.getloadavg()[0]:.1f} at the end)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=200, help="samples per mode and round")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--parallel", action="store_true",
+                    help="throughput instead, two samples at a time: the naive run (2 at a time, "
+                         "bench_code's baseline) against two zygotes, interleaved rounds")
+    ap.add_argument("--split", action="store_true",
+                    help="instead, where a zygote+judge jail's CPU goes: the harness's own process "
+                         "(PID 1) against its test processes, with their page faults")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench_jail_floor: needs root (namespaces, mounts, uid maps)")
 
     from sandbox.nsjail import NsjailSandbox
     from verifier.code_score import score_code
+    from verifier.harness import harness_source
     from verifier.items import Limits
 
     samples = make_samples(args.n)
-    work = tempfile.TemporaryDirectory(prefix="jail-floor-")
-    tmp = Path(work.name)
-    root = str(tmp / "root")  # the jails' tmpfs root is mounted here, in their mount namespace
-    os.mkdir(root)
-    os.chmod(work.name, 0o755)
-    for controller in CGROUPS_V1:
-        os.makedirs(f"/sys/fs/cgroup/{controller}/jail-floor-bench", exist_ok=True)
-    want = [naive_sample(s, tmp) for s in samples[:20]]
-    sb = NsjailSandbox(warm=0)
-    sb.self_test()
+    with contextlib.ExitStack() as stack:
+        work = stack.enter_context(tempfile.TemporaryDirectory(prefix="jail-floor-"))
+        tmp = Path(work)
+        root = str(tmp / "root")  # the jails' tmpfs root is mounted here, in their mount namespace
+        os.mkdir(root)
+        os.chmod(work, 0o755)
+        for controller in CGROUPS_V1:
+            os.makedirs(f"/sys/fs/cgroup/{controller}/jail-floor-bench", exist_ok=True)
+            stack.callback(os.rmdir, f"/sys/fs/cgroup/{controller}/jail-floor-bench")
+        want = [naive_sample(s, tmp) for s in samples[:20]]
+        sb = NsjailSandbox(warm=0)
+        sb.self_test()
+        stack.callback(sb.close)
+        bpf_path = str(tmp / "nsjail.bpf")
+        Path(bpf_path).write_bytes(nsjail_seccomp_filter(sb.binary, sb.config))
+        harness_path = str(tmp / "judge_harness.py")
+        Path(harness_path).write_bytes(harness_source())
 
-    def nsjail(s: dict) -> bool:
-        return score_code(s["response"], s["ground_truth"], Limits(), sb).status.name == "CORRECT"
+        def start_zygote(uid: int, harness: str = "") -> Zygote:
+            zroot = tempfile.mkdtemp(dir=work)
+            z = Zygote(sb.python, zroot, bpf_path, uid, harness)
+            stack.callback(z.close)
+            return z
 
+        def judge(sandbox) -> Callable[[dict], bool]:
+            return lambda s: score_code(s["response"], s["ground_truth"], Limits(),
+                                        sandbox).status.name == "CORRECT"
+
+        if args.split:
+            _split(samples, Zygote(sb.python, tempfile.mkdtemp(dir=work), bpf_path, OUTSIDE_UID,
+                                   harness_path, split=True), sb.python, judge)
+            return
+        zygotes = [start_zygote(OUTSIDE_UID + i) for i in range(2)]
+        judges = [judge(ZygoteSandbox(start_zygote(OUTSIDE_UID + 2 + i, harness_path), sb.python))
+                  for i in range(2)]
+        if args.parallel:
+            _parallel(samples, tmp, {"zygote": zygotes, "zygote+judge": judges}, args.rounds)
+            return
+        _serial(samples, tmp, root, want, args, {"zygote": zygotes[0],
+                                                 "zygote+judge": judges[0],
+                                                 "nsjail": judge(sb)})
+
+
+def _split(samples: list[dict], zygote: Zygote, python: str, judge) -> None:
+    """Run every sample once through the judge on a zygote whose jails report their harness's
+    resource usage, and print its mean per sample."""
+    lines: list[bytes] = []
+    reader = threading.Thread(target=lambda: lines.extend(zygote.proc.stderr), daemon=True)
+    reader.start()
+    run = judge(ZygoteSandbox(zygote, python))
+    for s in samples:
+        run(s)
+    zygote.close()
+    reader.join(10)
+    rows = [[float(x) for x in line.split()[1:]] for line in lines if line.startswith(b"SPLIT ")]
+    if len(rows) != len(samples):
+        sys.exit(f"bench_jail_floor: {len(rows)} split lines for {len(samples)} samples")
+    mean = [sum(col) / len(rows) for col in zip(*rows)]
+    print(f"per sample, mean of {len(rows)} (zygote+judge, one at a time):")
+    print(f"  the harness's own process (the jail's PID 1): user {mean[0] * 1e3:.2f} ms, "
+          f"system {mean[1] * 1e3:.2f} ms, {mean[2]:.0f} page faults")
+    print(f"  its test processes together:                user {mean[3] * 1e3:.2f} ms, "
+          f"system {mean[4] * 1e3:.2f} ms, {mean[5]:.0f} page faults")
+
+
+def _serial(samples: list[dict], tmp: Path, root: str, want: list[bool], args, extra: dict
+            ) -> None:
+    """One sample at a time, each mode in turn, the machine's CPU per sample."""
     modes = {"naive": lambda s: naive_sample(s, tmp), "forked": forked,
              "floor": lambda s: floor(s, root), "floor+cg": lambda s: floor(s, root, True),
-             "1proc+cg": lambda s: floor(s, root, True, one_process=True), "nsjail": nsjail}
+             "1proc+cg": lambda s: floor(s, root, True, one_process=True), **extra}
     for name, fn in modes.items():  # the same verdicts, and every path warm once
         got = [fn(s) for s in samples[:20]]
         if got != want:
             sys.exit(f"bench_jail_floor: {name} judged {got} where the naive run judged {want}")
     cpu: dict[str, list[float]] = {m: [] for m in modes}
     wall: dict[str, list[float]] = {m: [] for m in modes}
-    try:
-        for r in range(args.rounds):
-            for name, fn in modes.items():
-                c0, t0 = machine_cpu_s(), time.perf_counter()
-                for s in samples:
-                    fn(s)
-                cpu[name].append((machine_cpu_s() - c0) / len(samples) * 1e3)
-                wall[name].append((time.perf_counter() - t0) / len(samples) * 1e3)
-            print(f"round {r + 1}: " + ", ".join(
-                f"{m} {cpu[m][-1]:.1f} ms CPU / {wall[m][-1]:.1f} ms wall" for m in modes),
-                flush=True)
-    finally:
-        sb.close()
-        work.cleanup()
-        for controller in CGROUPS_V1:
-            os.rmdir(f"/sys/fs/cgroup/{controller}/jail-floor-bench")
+    for r in range(args.rounds):
+        for name, fn in modes.items():
+            c0, t0 = machine_cpu_s(), time.perf_counter()
+            for s in samples:
+                fn(s)
+            cpu[name].append((machine_cpu_s() - c0) / len(samples) * 1e3)
+            wall[name].append((time.perf_counter() - t0) / len(samples) * 1e3)
+        print(f"round {r + 1}: " + ", ".join(
+            f"{m} {cpu[m][-1]:.1f} ms CPU / {wall[m][-1]:.1f} ms wall" for m in modes),
+            flush=True)
     print(f"per sample ({args.n} samples of 5 stdin/stdout tests, half wrong; one at a time; "
           f"median of {args.rounds} rounds; CPU of the whole machine, load average "
           f"{os.getloadavg()[0]:.1f} at the end):")
     for m in modes:
-        print(f"  {m:8s} CPU {median(cpu[m]):6.2f} ms  wall {median(wall[m]):6.2f} ms  "
+        print(f"  {m:12s} CPU {median(cpu[m]):6.2f} ms  wall {median(wall[m]):6.2f} ms  "
               f"(CPU by round: " + ", ".join(f"{x:.2f}" for x in cpu[m]) + ")")
     base = median(cpu["naive"])
-    for m in ("forked", "floor", "floor+cg", "1proc+cg", "nsjail"):
+    for m in list(modes)[1:]:
         print(f"  throughput bound on a CPU-bound machine, {m} / naive = naive CPU / {m} CPU: "
               f"{base / median(cpu[m]):.2f}")
 
