@@ -40,6 +40,11 @@ benchmark's workload (``bench_code.make_samples``: 5 stdin/stdout tests, half of
 - ``nsjail``: a cold jail per sample through the judge (``score_code`` on ``NsjailSandbox``
   with no pre-started jails), what the service runs, without the gRPC server.
 
+Before measuring, benchmarks/jail_probe.py runs in an nsjail jail and in a zygote jail, and the
+script stops if the program sees any difference (ids, limits, mounts, environment, descriptors,
+the errno of each denied syscall): the zygote stands for a forkserver only while its jails are
+nsjail's.
+
 CPU is the whole machine's (``/proc/stat``: every process and the kernel's own threads, such as
 the network namespace's deferred cleanup, which no process is charged for), so run it on an
 otherwise idle machine; samples run one at a time; the modes alternate for ``--rounds`` rounds of
@@ -316,14 +321,15 @@ class Zygote:
     compares each test's output in the jail (``zygote`` mode)."""
 
     def __init__(self, python: str, root: str, bpf_path: str, uid: int = OUTSIDE_UID,
-                 harness: str = "", split: bool = False) -> None:
+                 harness: str = "", split: bool = False, binds: tuple = ()) -> None:
         from sandbox.base import policy_environment
 
         self.uid = uid
+        cfg = {"root": root, "cgroup_root": "jail-floor-bench", "bpf": bpf_path,
+               "harness": harness, "split": split, "binds": list(binds)}
         self.proc = subprocess.Popen(
-            [python, "-I", "-S", str(Path(__file__).with_name("jail_floor_zygote.py")), root,
-             "jail-floor-bench", bpf_path, *([harness] if harness else []),
-             *(["split"] if split else [])],
+            [python, "-I", "-S", str(Path(__file__).with_name("jail_floor_zygote.py")),
+             json.dumps(cfg)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=policy_environment(),
             stderr=subprocess.PIPE if split else None)
         self._lines: dict[str, bytes] = {}
@@ -341,9 +347,12 @@ class Zygote:
             raise RuntimeError(f"zygote jail failed (exit {code!r})")
         return code == b"0"
 
-    def harness_run(self, stdin: bytes, limits: dict, wall_s: float) -> tuple[int, bytes]:
-        """The harness in a fresh jail: its wait status and stdout."""
+    def harness_run(self, stdin: bytes, limits: dict, wall_s: float,
+                    argv: list[str] | None = None) -> tuple[int, bytes]:
+        """The harness (or ``argv``, exec'd) in a fresh jail: its wait status and stdout."""
         head = {"uid": self.uid, "limits": limits, "wall_s": wall_s, "stdin": len(stdin)}
+        if argv:
+            head["exec"] = argv
         self.proc.stdin.write(json.dumps(head).encode() + b"\n" + stdin)
         self.proc.stdin.flush()
         answer = json.loads(self.proc.stdout.readline())
@@ -459,9 +468,13 @@ def main() -> None:
         harness_path = str(tmp / "judge_harness.py")
         Path(harness_path).write_bytes(harness_source())
 
+        binds = [(d, d) for d in sb._host_ro]
+        if sb.packages_path:
+            binds.append((str(sb._packages_dir), sb.packages_path))
+
         def start_zygote(uid: int, harness: str = "") -> Zygote:
             zroot = tempfile.mkdtemp(dir=work)
-            z = Zygote(sb.python, zroot, bpf_path, uid, harness)
+            z = Zygote(sb.python, zroot, bpf_path, uid, harness, binds=binds)
             stack.callback(z.close)
             return z
 
@@ -471,9 +484,10 @@ def main() -> None:
 
         if args.split:
             _split(samples, Zygote(sb.python, tempfile.mkdtemp(dir=work), bpf_path, OUTSIDE_UID,
-                                   harness_path, split=True), sb.python, judge)
+                                   harness_path, split=True, binds=binds), sb.python, judge)
             return
         zygotes = [start_zygote(OUTSIDE_UID + i) for i in range(2)]
+        _parity(sb, zygotes[0])
         judges = [judge(ZygoteSandbox(start_zygote(OUTSIDE_UID + 2 + i, harness_path), sb.python))
                   for i in range(2)]
         if args.parallel:
@@ -482,6 +496,30 @@ def main() -> None:
         _serial(samples, tmp, root, want, args, {"zygote": zygotes[0],
                                                  "zygote+judge": judges[0],
                                                  "nsjail": judge(sb)})
+
+
+def _parity(sb, zygote: Zygote) -> None:
+    """Stop unless a program sees the same jail in the zygote as under nsjail
+    (benchmarks/jail_probe.py: ids, limits, mounts, environment, descriptors, seccomp errnos)."""
+    import json as _json
+
+    from sandbox.base import SandboxLimits
+
+    probe = Path(__file__).with_name("jail_probe.py").read_text()
+    argv = [sb.python, "-I", "-S", "-c", probe]
+    r = sb.run(argv, limits=SandboxLimits())
+    if r.status != "ok" or r.exit_code != 0:
+        sys.exit(f"bench_jail_floor: the probe failed under nsjail: {r.status} {r.stderr[-300:]!r}")
+    status, out = zygote.harness_run(b"", TEST_LIMITS, 10.0, argv)
+    if status != 0:
+        sys.exit(f"bench_jail_floor: the probe failed in the zygote's jail (status {status})")
+    want, got = _json.loads(r.stdout), _json.loads(out)
+    diff = {k: (want.get(k), got.get(k)) for k in want.keys() | got.keys()
+            if want.get(k) != got.get(k)}
+    if diff:
+        sys.exit(f"bench_jail_floor: the zygote's jail differs from nsjail's: {diff}")
+    print(f"the zygote's jail is nsjail's as the probe sees it ({len(want)} properties, "
+          f"{len(want['syscalls'])} syscalls)")
 
 
 def _split(samples: list[dict], zygote: Zygote, python: str, judge) -> None:

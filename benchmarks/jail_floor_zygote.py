@@ -3,7 +3,10 @@ jail of its own, with every step nsjail's policy takes for a jail (issue 29's fo
 measurement; not the service's code).
 
 Run by the system's Python (``python3 -I -S``: the interpreter the jails use, nothing imported
-but what is below), as root. Once, at its start: a mount namespace of its own whose root is a
+but what is below), as root, with one argument: a JSON object (``root``: an empty directory for
+its root's mount point; ``cgroup_root``: the v1 cgroups' parent under each controller; ``bpf``:
+the seccomp filter's file; ``binds``: extra ``[src, dst]`` read-only directories; ``harness``:
+the judge's harness file, when its jails run it; ``split``: report its resource usage). Once, at its start: a mount namespace of its own whose root is a
 fresh tmpfs with ``/usr``, ``/lib``, ``/lib64``, ``/bin`` and ``/dev/{null,zero,urandom,random}``
 bound read-only (the policy's mounts), and directory descriptors of ``/proc`` and the v1 cgroup
 parents, kept from before the ``pivot_root``. Then, per sample (a JSON line on stdin; the answer,
@@ -78,10 +81,11 @@ def drop_capabilities():
 
 
 def main():
-    root, cg_root, filter_path = sys.argv[1], sys.argv[2], sys.argv[3]
-    harness_file = sys.argv[4] if len(sys.argv) > 4 else ""
+    cfg = json.loads(sys.argv[1])
+    root, cg_root, filter_path = cfg["root"], cfg["cgroup_root"], cfg["bpf"]
+    harness_file = cfg.get("harness", "")
     global SPLIT
-    SPLIT = sys.argv[5:] == ["split"]
+    SPLIT = cfg.get("split", False)
     ENVIRONMENT.update(os.environ)
     bpf = open(filter_path, "rb").read()
     bpf_buf = ctypes.create_string_buffer(bpf, len(bpf))
@@ -101,9 +105,15 @@ def main():
         if d not in ("/tmp", "/dev") and os.path.exists(d):
             mount(d, root + d, None, MS_BIND | MS_REC)
             mount(d, root + d, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    for src, dst in cfg.get("binds", []):  # the sandbox's extra read-only directories
+        os.makedirs(root + dst)
+        mount(src, root + dst, None, MS_BIND | MS_REC)
+        mount(src, root + dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     for dev in ("null", "zero", "urandom", "random"):
         open(f"{root}/dev/{dev}", "w").close()
         mount(f"/dev/{dev}", f"{root}/dev/{dev}", None, MS_BIND)
+        if dev != "null":  # the policy's devices are read-only but /dev/null
+            mount(f"/dev/{dev}", f"{root}/dev/{dev}", None, MS_BIND | MS_REMOUNT | MS_RDONLY)
     harness = {}
     if harness_file:
         # The judge's harness, loaded once (its imports too) as if it were run as a jail's
@@ -164,7 +174,9 @@ def main():
                             (resource.RLIMIT_NPROC, lim["nproc"]),
                             (resource.RLIMIT_CORE, 0), (resource.RLIMIT_NOFILE, 64),
                             (resource.RLIMIT_MEMLOCK, 0), (resource.RLIMIT_MSGQUEUE, 0),
-                            (resource.RLIMIT_RTPRIO, 0)):
+                            (resource.RLIMIT_RTPRIO, 0),
+                            # the policy's rlimit_stack_type SOFT: both limits at the soft one
+                            (resource.RLIMIT_STACK, resource.getrlimit(resource.RLIMIT_STACK)[0])):
             resource.setrlimit(name, (value, value))
         os.chdir("/tmp")
         drop_capabilities()
@@ -179,9 +191,10 @@ def main():
                 return 1
         return 0
 
-    def harness_pid1(in_r, out_w):
-        # The jail's PID 1 becomes the harness: the judge's pipes as 0, 1, 2 (stderr dropped
-        # here), every other descriptor closed, the policy's environment, then its main().
+    def piped_pid1(in_r, out_w, argv):
+        # The jail's PID 1: the judge's pipes as 0, 1, 2 (stderr dropped here), every other
+        # descriptor closed, the policy's environment; then ``argv`` exec'd as nsjail would,
+        # or the loaded harness's main().
         null = os.open("/dev/null", os.O_WRONLY)
         os.dup2(in_r, 0)
         os.dup2(out_w, 1)
@@ -190,6 +203,8 @@ def main():
         os.closerange(3, 1 << 16)
         os.environ.clear()
         os.environ.update(ENVIRONMENT)
+        if argv:
+            os.execve(argv[0], argv, ENVIRONMENT)
         harness["main"]()
         if SPLIT:  # the harness's own CPU and page faults, and its test processes'
             me = resource.getrusage(resource.RUSAGE_SELF)
@@ -244,6 +259,7 @@ def main():
 
     def jail(msg, n, stdin_data):
         uid, lim = msg["uid"], msg["limits"]
+        piped = bool(harness) or "exec" in msg
         name = f"z{os.getpid()}-{n}"
         for c, fd in cg_fds.items():
             os.mkdir(name, dir_fd=fd)
@@ -286,7 +302,7 @@ def main():
                           MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
                 check(libc.sethostname(b"sandbox", 7), "hostname")
                 in_r = in_w = out_r = out_w = -1
-                if harness:
+                if piped:
                     in_r, in_w = os.pipe()
                     out_r, out_w = os.pipe()
                 inner = os.fork()
@@ -294,10 +310,10 @@ def main():
                     code = 2
                     try:
                         enter_limits(lim)
-                        if harness:
+                        if piped:
                             os.close(in_w)
                             os.close(out_r)
-                            code = harness_pid1(in_r, out_w)
+                            code = piped_pid1(in_r, out_w, msg.get("exec"))
                         else:
                             os.close(proc_fd)
                             for fd in cg_fds.values():
@@ -307,10 +323,10 @@ def main():
                         print(f"zygote jail: {e!r}", file=sys.stderr, flush=True)
                     finally:
                         os._exit(code)
-                if harness:
+                if piped:
                     os.close(in_r)
                     os.close(out_w)
-                    status, out = pump(inner, in_w, out_r, stdin_data, msg["wall_s"])
+                    status, out = pump(inner, in_w, out_r, stdin_data, msg.get("wall_s", 10))
                     head = json.dumps({"status": status, "out": len(out)}).encode() + b"\n"
                     os.write(1, head + out)
                     rc = 0
@@ -333,7 +349,7 @@ def main():
         data = inp.read(msg.get("stdin", 0))
         n += 1
         code = jail(msg, n, data)
-        if not harness:
+        if not (harness or "exec" in msg):
             sys.stdout.write(f"{code}\n")
             sys.stdout.flush()
         elif code != 0:  # the jail's parent failed before answering
