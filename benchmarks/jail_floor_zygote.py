@@ -205,6 +205,9 @@ def main():
         os.environ.update(ENVIRONMENT)
         if argv:
             os.execve(argv[0], argv, ENVIRONMENT)
+        # The harness decided at its import (in the zygote) that it is not its jail's PID 1;
+        # here it is, and it must act as one (kill(-1) after each test, no process groups).
+        harness["PID1"] = os.getpid() == 1
         harness["main"]()
         if SPLIT:  # the harness's own CPU and page faults, and its test processes'
             me = resource.getrusage(resource.RUSAGE_SELF)
