@@ -253,6 +253,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--code-concurrency", type=int, default=0,
                     help="the server's --code-concurrency (default 0: --workers)")
+    ap.add_argument("--forkserver", action="store_true",
+                    help="the server's --forkserver: the harness's jails forked from a zygote "
+                         "(give --warm-jails 0 with it)")
     ap.add_argument("--warm-jails", default="None",
                     help="the server's --warm-jails (default None: one per code slot; 0: off)")
     ap.add_argument("--subset", choices=("all", "correct", "wrong"), default="all",
@@ -281,7 +284,8 @@ def main() -> None:
         base_cpus.append(base_cpu)
         run = stream_run(items, args.workers, warmup,
                          extra_args=("--code-concurrency", str(args.code_concurrency),
-                                     "--warm-jails", args.warm_jails, "--profile", args.profile))
+                                     "--warm-jails", args.warm_jails, "--profile", args.profile,
+                                     *(["--forkserver"] if args.forkserver else [])))
         bases.append(base)
         cands.append(run.rate)
         cand_cpus.append(run.machine_cpu)
@@ -294,8 +298,8 @@ def main() -> None:
           f"correct; verifier verdicts: {run.counts}")
     print(f"baseline  (unsandboxed, python3 per test, 2 at a time): {median(bases):7.1f} samples/s")
     print(f"candidate (verifier serve --workers {args.workers} --code-concurrency "
-          f"{args.code_concurrency} --warm-jails {args.warm_jails} --profile {args.profile}, "
-          f"nsjail): {median(cands):7.1f} samples/s")
+          f"{args.code_concurrency} --warm-jails {args.warm_jails} --profile {args.profile}"
+          f"{' --forkserver' if args.forkserver else ''}, nsjail): {median(cands):7.1f} samples/s")
     print(f"ratio candidate / baseline, median of {args.rounds}: {median(ratios):.2f}  "
           f"(goal >= {2.0 if args.workload == 'simple' else 1.0})")
     cores = os.cpu_count() or 1

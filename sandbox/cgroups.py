@@ -33,8 +33,8 @@ def v1_args() -> list[str] | None:
         return None
     mem_parent = _mk_cgroup(mem_mount, mem_rel)
     pids_parent = _mk_cgroup(pids_mount, pids_rel)
-    _sweep_stale(os.path.join(mem_mount, mem_parent))
-    _sweep_stale(os.path.join(pids_mount, pids_parent))
+    sweep_stale(os.path.join(mem_mount, mem_parent))
+    sweep_stale(os.path.join(pids_mount, pids_parent))
     args = [
         "--cgroup_mem_mount",
         mem_mount,
@@ -80,7 +80,7 @@ def v2_args() -> list[str] | None:
             f.write("+memory +pids")
     with open(os.path.join(d, "cgroup.subtree_control"), "w") as f:
         f.write("+memory +pids")
-    _sweep_stale(d)
+    sweep_stale(d)
     return [
         "--use_cgroupv2",
         "--cgroupv2_mount",
@@ -104,7 +104,7 @@ def cpu_v1_args() -> list[str] | None:
     if rel is None:
         return None
     parent = _mk_cgroup(mount, rel)
-    _sweep_stale(os.path.join(mount, parent))
+    sweep_stale(os.path.join(mount, parent))
     return ["--cgroup_cpu_mount", mount, "--cgroup_cpu_parent", parent,
             "--cgroup_cpu_ms_per_sec", str(JAIL_CPU_MS_PER_SEC)]
 
@@ -130,7 +130,7 @@ def _mk_cgroup(mount: str, own_rel: str) -> str:
     return rel
 
 
-def _sweep_stale(parent: str) -> None:
+def sweep_stale(parent: str) -> None:
     """Remove empty NSJAIL.<pid> cgroups left behind by nsjail processes that were killed."""
     try:
         names = os.listdir(parent)

@@ -43,6 +43,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from . import cgroups, scratch, uidpool, warm
+from . import forkserver as forkserver_mod
+from .forkserver import WarmEntry
 from .base import (
     CLOSED,
     JAIL_CPU_MS_PER_SEC,
@@ -53,6 +55,7 @@ from .base import (
     StdoutHook,
     ceil_s,
     check_file_name,
+    policy_environment,
 )
 from .process import (
     ProcessOutcome,
@@ -178,9 +181,13 @@ class NsjailSandbox:
         packages: str | os.PathLike | None = None,
         uids: str | None = None,
         warm: int = 0,
+        forkserver: WarmEntry | None = None,
     ) -> None:
         if warm < 0:
             raise ValueError(f"warm must be 0 or more, got {warm}")
+        if forkserver is not None and warm:
+            raise ValueError("the forkserver and pre-started jails are two ways to the same end: "
+                             "give one (warm=0 with a forkserver)")
         self.binary = binary if binary is not None else (find_nsjail() or "nsjail")
         self.config = str(config if config is not None else POLICY_FILE)
         self.python = python or default_python()
@@ -215,6 +222,10 @@ class NsjailSandbox:
         self.warm_per_key = warm
         self.warm_jails: warm.WarmJails | None = None
         """The pre-started jails (started by ``self_test``, when ``warm`` > 0)."""
+        self.warm_entry = forkserver
+        self.forkserver: forkserver_mod.Forkserver | None = None
+        """The zygote that forks the harness's jails (set up by ``self_test``, when asked)."""
+        self._bpf_file: str | None = None
 
     # -- public interface ------------------------------------------------------------------
 
@@ -238,6 +249,8 @@ class NsjailSandbox:
             + f"; {outside}; python {self.python}"
             + (f"; {self.warm_per_key} pre-started jail(s) per command"
                if self.warm_per_key else "")
+            + ("; the harness's jails forked from a zygote (forkserver)"
+               if self.warm_entry else "")
         )
 
     @property
@@ -324,6 +337,8 @@ class NsjailSandbox:
             # After the probe: a jail's command line depends on the cgroup mode it picked.
             self.warm_jails = warm.WarmJails(self._start_warm, _warm_alive, self._discard_warm,
                                              per_key=self.warm_per_key)
+        if self.warm_entry is not None and self.forkserver is None:
+            self._setup_forkserver()
         log.info("sandbox self-test passed: %s", self.describe())
 
     def run(
@@ -347,6 +362,8 @@ class NsjailSandbox:
             ]
         except (OSError, ValueError) as e:
             return RunResult("error", detail=f"cannot stage input files: {e}")
+        if self.forkserver is not None and self.warm_entry.serves(argv, files, self.python):
+            return self._run_forked(argv, stdin, files, lim, on_stdout)
         pre = None
         if self.warm_jails is not None:
             # output_bytes is enforced here, not on nsjail's command line: not part of the key.
@@ -370,6 +387,13 @@ class NsjailSandbox:
         server that is stopping (cancelled samples must not run out their wall limits)."""
         if self.warm_jails is not None:
             self.warm_jails.close()
+        if self.forkserver is not None:
+            self.forkserver.close()
+        if self._bpf_file is not None:
+            try:
+                os.unlink(self._bpf_file)
+            except OSError:
+                pass
         self._running.close()
         with self._lock:
             if self._files_dir is not None:
@@ -401,6 +425,91 @@ class NsjailSandbox:
             # once no process of it is left.
             if self.uid_pool:
                 self.uid_pool.release(uid)
+
+    # -- the forkserver (sandbox/forkserver.py) ---------------------------------------------
+
+    def _setup_forkserver(self) -> None:
+        """Read nsjail's seccomp filter out of one of its jails and configure the zygote (it
+        starts at the first harness run). Raises SandboxUnavailable when it cannot."""
+        uid = self.uid_pool.acquire(UID_WAIT_S) if self.uid_pool else uidpool.SINGLE_UID
+        try:
+            cmd = self._command(["/bin/sleep", "30"], SandboxLimits(wall_s=30, cpu_s=5), [], uid)
+            bpf = forkserver_mod.nsjail_seccomp_filter(
+                [a.replace("{LOG_FD}", "2") for a in cmd], {"PATH": "/usr/bin:/bin"})
+        except OSError as e:
+            raise SandboxUnavailable(f"forkserver: cannot read nsjail's seccomp filter: {e}")
+        finally:
+            if self.uid_pool:
+                self.uid_pool.release(uid)
+        import tempfile  # lazy: only with a forkserver
+
+        fd, self._bpf_file = tempfile.mkstemp(prefix="magic-rlvr-seccomp-", suffix=".bpf")
+        with os.fdopen(fd, "wb") as f:
+            f.write(bpf)
+        extra_ro = [(d, d) for d in self._host_ro]
+        if self._packages_dir:
+            extra_ro.append((self._packages_dir, PACKAGES_MOUNT))
+        harness = self._host_file(self.warm_entry.source)  # also makes the files directory
+        assert self._files_dir is not None
+        config = forkserver_mod.zygote_config(
+            self.config, extra_ro, files_dir=self._files_dir.path, harness=harness,
+            seccomp=self._bpf_file,
+            cgroup_args=self._cgroup_args if self._cgroup_mode != "off" else [])
+        self.forkserver = forkserver_mod.Forkserver(self.python, config,
+                                                    policy_environment(self.config))
+
+    def run_forked(self, argv: list[str], *, stdin: bytes = b"",
+                   files: Mapping[str, bytes] = {}, limits: SandboxLimits | None = None
+                   ) -> RunResult:
+        """``argv`` exec'd in a jail forked from the zygote, as nsjail would run it (the
+        zygote's jail, compared with nsjail's in tests/test_forkserver.py). With a forkserver
+        only (``self_test`` sets it up)."""
+        if self.forkserver is None:
+            raise RuntimeError("no forkserver: NsjailSandbox(forkserver=...) and self_test()")
+        return self._run_forked(argv, stdin, files, limits or SandboxLimits(), None,
+                                exec_argv=True)
+
+    def _run_forked(self, argv: list[str], stdin: bytes, files: Mapping[str, bytes],
+                    lim: SandboxLimits, on_stdout: StdoutHook | None, exec_argv: bool = False,
+                    ) -> RunResult:
+        """The harness (or ``argv`` itself, with ``exec_argv``) in a jail forked from the
+        zygote, as an outside uid leased for it."""
+        assert self.forkserver is not None
+        if self._running.closed:
+            return RunResult("error", detail=CLOSED)
+        try:
+            staged = [(os.path.basename(self._host_file(data)), check_file_name(name))
+                      for name, data in files.items()]
+        except (OSError, ValueError) as e:
+            return RunResult("error", detail=f"cannot stage input files: {e}")
+        try:
+            uid = self.uid_pool.acquire(UID_WAIT_S) if self.uid_pool else uidpool.SINGLE_UID
+        except uidpool.PoolExhausted as e:
+            return RunResult("error", detail=str(e))
+        request = forkserver_mod.run_request(uid, argv, staged, lim, exec_argv=exec_argv,
+                                             cgroup_headroom_mb=_CGROUP_HEADROOM_MB)
+        try:
+            out = self.forkserver.run(request, stdin=stdin, wall_s=lim.wall_s,
+                                      output_bytes=lim.output_bytes, on_stdout=on_stdout)
+        finally:
+            if self.uid_pool:  # handed out again only once no process of it is left
+                self.uid_pool.release(uid)
+        return forkserver_mod.run_result(out, lim, self._signal_status)
+
+    def _signal_status(self, sig: int, cpu_s: float, lim: SandboxLimits) -> tuple[str, str]:
+        """What a jail's death by ``sig`` that nobody outside sent means."""
+        # RLIMIT_CPU sends SIGXCPU at the soft limit and SIGKILL at the hard one (both set to
+        # the same value): a SIGKILL after that much CPU is the CPU limit. rusage reports less
+        # CPU than the limit for such a kill (see CPU_LIMIT_SEEN).
+        if sig == signal.SIGXCPU or (
+            sig == signal.SIGKILL and cpu_s >= CPU_LIMIT_SEEN * ceil_s(lim.cpu_s)
+        ):
+            return "timeout", f"CPU time over {ceil_s(lim.cpu_s)} s"
+        if sig == signal.SIGKILL and self._cgroup_mode != "off":
+            # Nobody outside killed it and no time limit fired: inside the jail the only
+            # SIGKILL source the program does not control is the cgroup OOM killer.
+            return "memory", "killed (SIGKILL): memory over the cgroup limit"
+        return "signal", f"killed by signal {sig}"
 
     # -- pre-started jails (sandbox/warm.py) ------------------------------------------------
 
@@ -525,20 +634,7 @@ class NsjailSandbox:
         elif m_exit:
             res.status = "ok"
         elif m_sig:
-            sig = res.signal
-            # RLIMIT_CPU sends SIGXCPU at the soft limit and SIGKILL at the hard one (nsjail
-            # sets both to the same value): a SIGKILL after that much CPU is the CPU limit.
-            # rusage reports less CPU than the limit for such a kill (see CPU_LIMIT_SEEN).
-            if sig == signal.SIGXCPU or (
-                sig == signal.SIGKILL and out.cpu_s >= CPU_LIMIT_SEEN * ceil_s(lim.cpu_s)
-            ):
-                res.status, res.detail = "timeout", f"CPU time over {ceil_s(lim.cpu_s)} s"
-            elif sig == signal.SIGKILL and self._cgroup_mode != "off":
-                # Nobody outside killed it and nsjail's time limit did not fire: inside the jail
-                # the only SIGKILL source the program does not control is the cgroup OOM killer.
-                res.status, res.detail = "memory", "killed (SIGKILL): memory over the cgroup limit"
-            else:
-                res.status, res.detail = "signal", f"killed by signal {sig}"
+            res.status, res.detail = self._signal_status(res.signal, out.cpu_s, lim)
         else:
             errors = b"; ".join(m.group(0)[-300:] for m in _ERR_RE.finditer(out.log))
             res.status = "error"

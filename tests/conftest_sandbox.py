@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 
 from sandbox import SandboxUnavailable, create_sandbox, uidpool
+from sandbox.forkserver import WarmEntry
 from sandbox.nsjail import SANDBOX_UID
 from verifier.code_score import score_code
+from verifier.harness import harness_source
+from verifier.harness_files import HARNESS_FILE, HARNESS_PYC
 from verifier.items import Limits, Status
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -125,13 +128,24 @@ def nsjail_sandbox():
     sb.close()
 
 
-@pytest.fixture
-def after_attack(nsjail_sandbox):
-    """Checks after an attack: no process of a sandbox uid is left, and the next normal item
-    is judged right."""
+@pytest.fixture(scope="session")
+def forkserver_sandbox():
+    """The nsjail sandbox with a forkserver (sandbox/forkserver.py): the harness's jails are
+    forked from a zygote, as ``verifier serve --forkserver`` has them."""
+    sb = create_sandbox("nsjail", forkserver=WarmEntry((HARNESS_PYC, HARNESS_FILE),
+                                                       harness_source()))
+    yield sb
+    sb.close()
+
+
+@pytest.fixture(params=["nsjail", "forkserver"])
+def after_attack(request):
+    """Checks after an attack, in jails nsjail starts and in jails forked from a zygote: no
+    process of a sandbox uid is left, and the next normal item is judged right."""
+    sb = request.getfixturevalue(f"{request.param}_sandbox")
     baseline = sandbox_pids()
-    yield nsjail_sandbox
+    yield sb
     assert_no_leftovers(baseline)
-    nxt = score_code(respond(SUM_OK), SUM_GT, Limits(), nsjail_sandbox)
+    nxt = score_code(respond(SUM_OK), SUM_GT, Limits(), sb)
     assert nxt.status is Status.CORRECT, nxt
     assert (nxt.passed, nxt.total) == (3, 3)

@@ -13,7 +13,13 @@ import uuid
 
 import pytest
 
-from tests.conftest_sandbox import PROJECT_ROOT, after_attack, nsjail_sandbox, respond  # noqa: F401
+from tests.conftest_sandbox import (  # noqa: F401
+    PROJECT_ROOT,
+    after_attack,
+    forkserver_sandbox,
+    nsjail_sandbox,
+    respond,
+)
 from sandbox import SandboxLimits
 from sandbox.nsjail import PACKAGES_MOUNT
 from verifier.code_score import score_code

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest_sandbox import after_attack, nsjail_sandbox  # noqa: F401
+from tests.conftest_sandbox import after_attack, forkserver_sandbox, nsjail_sandbox  # noqa: F401
 from verifier.client import VerifierClient
 from verifier.code_score import item_timeout, score_code
 from verifier.extract import lcb_code_block, skywork_code_block

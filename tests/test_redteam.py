@@ -27,6 +27,7 @@ from tests.conftest_sandbox import (  # noqa: F401
     SUM_OK,
     after_attack,
     assert_no_leftovers,
+    forkserver_sandbox,
     nsjail_sandbox,
     respond,
     sandbox_pids,

@@ -17,10 +17,13 @@ from dataclasses import replace
 from typing import Any, Iterable
 
 from sandbox import SandboxKind, SandboxUnavailable, create_sandbox
+from sandbox.forkserver import WarmEntry
 from sandbox.warm import MAX_KEYS as MAX_WARM_KEYS
 from verifier.items import (Item, Limits, Outcome, Result, Status, VerifierError, unreadable,
                             validate_item)
 from verifier.code_score import MIN_MEMORY_MB, score_code
+from verifier.harness import harness_source
+from verifier.harness_files import HARNESS_FILE, HARNESS_PYC
 from verifier.math_score import quick_verdict, score_math
 from verifier.pool import TASK_CPU, DeadlineExceeded, DeadlinePool, TaskFailed, WorkerDied
 from verifier.config import ScoringConfig
@@ -64,7 +67,12 @@ class Scorer:
         code_slots = config.code_concurrency or config.workers
         if config.warm_jails is not None and config.warm_jails < 0:
             raise ValueError(f"warm_jails must be 0 or more (or None), got {config.warm_jails}")
-        self.warm_per_key = code_slots if config.warm_jails is None else config.warm_jails
+        if config.forkserver and config.sandbox != "nsjail":
+            raise ValueError(f"--forkserver needs --sandbox nsjail, not {config.sandbox}")
+        if config.forkserver and config.warm_jails:
+            raise ValueError("--forkserver replaces the pre-started jails: give no --warm-jails")
+        self.warm_per_key = (0 if config.forkserver else
+                             code_slots if config.warm_jails is None else config.warm_jails)
         self._compare_pool = DeadlinePool(
             code_slots,
             max_pending=code_slots,
@@ -88,6 +96,9 @@ class Scorer:
                 options["image"] = config.docker_image
             elif config.sandbox == "nsjail":
                 options["warm"] = self.warm_per_key
+                if config.forkserver:
+                    options["forkserver"] = WarmEntry((HARNESS_PYC, HARNESS_FILE),
+                                                      harness_source())
             self.sandbox, self.sandbox_problem = open_sandbox(config.sandbox, **options)
         self._closed = False
         pool = getattr(self.sandbox, "uid_pool", None)

@@ -1,0 +1,567 @@
+"""The forkserver (issue 29): runs jails forked from a warm zygote (sandbox/zygote.py) instead of
+starting nsjail and a fresh interpreter for each, with the same jail: nsjail's namespaces,
+mounts, uid, cgroups, rlimits, capabilities and nsjail's own seccomp filter.
+
+``NsjailSandbox(forkserver=True)`` uses it for the judge's harness runs (the harness is loaded
+once in the zygote; each run's PID 1 calls its ``main()``), and nsjail for everything else. What
+samples share, and why it is safe, is sandbox/README.md's "The forkserver".
+
+The verifier's side of a run (``Forkserver.run``): the run's stdin, stdout and stderr pipes and
+a report socket go to the zygote in one request packet; the zygote's child builds the jail and
+reports its PID 1's pid with a pidfd; this side feeds stdin, reads the output (capped, streamed
+to the hook) until the report of the jail's end, or the deadline, a cap or the hook stops it:
+then the jail is killed through the pidfd (killing a PID namespace's init kills all of it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import re
+import resource
+import select
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import cgroups
+from .base import (
+    CLOSED,
+    JAIL_CPU_MS_PER_SEC,
+    RunResult,
+    SandboxLimits,
+    StdoutHook,
+    ceil_s,
+    policy_environment,
+    policy_rlimits,
+)
+from .process import OutputSink, ProcessOutcome, output_stop
+
+log = logging.getLogger(__name__)
+
+ZYGOTE = Path(__file__).with_name("zygote.py")
+PID_WAIT_S = 5.0
+"""After its deadline, how long a run may still take to report its jail's pid (the jail's set-up
+is ours, and quick: this bounds a zygote that stopped answering)."""
+END_WAIT_S = 10.0
+"""After the jail is killed, how long its report of the end may take."""
+EXIT_GRACE_S = 0.5
+"""After the jail's end is reported, how long its pipes may still deliver what it wrote."""
+
+_PTRACE_SEIZE, _PTRACE_INTERRUPT, _PTRACE_DETACH = 0x4206, 0x4207, 17
+_PTRACE_SECCOMP_GET_FILTER = 0x420C
+_WALL = 0x40000000
+
+
+def nsjail_seccomp_filter(jail_argv: list[str], env: Mapping[str, str]) -> bytes:
+    """The classic BPF program that nsjail compiled from the policy file's ``seccomp_string``s,
+    read out of a jail it started running ``/bin/sleep`` (``jail_argv``: nsjail's whole command
+    line) with ``PTRACE_SECCOMP_GET_FILTER``. Root only; raises OSError when it cannot."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+    libc.ptrace.restype = ctypes.c_long
+    jail = subprocess.Popen(jail_argv, env=dict(env), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # the jail's process: nsjail's child, once it runs sleep
+            try:
+                kids = Path(f"/proc/{jail.pid}/task/{jail.pid}/children").read_text().split()
+                if kids and os.readlink(f"/proc/{kids[0]}/exe").endswith("/sleep"):
+                    pid = int(kids[0])
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or jail.poll() is not None:
+                raise OSError("nsjail did not start the jail to read its seccomp filter from")
+            time.sleep(0.005)
+
+        def call(req: int, addr: int, data) -> int:
+            r = libc.ptrace(req, pid, ctypes.c_void_p(addr), data)
+            if r < 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"ptrace {req:#x}: {os.strerror(err)}")
+            return r
+
+        call(_PTRACE_SEIZE, 0, None)
+        call(_PTRACE_INTERRUPT, 0, None)
+        os.waitpid(pid, _WALL)
+        n = call(_PTRACE_SECCOMP_GET_FILTER, 0, None)
+        try:
+            call(_PTRACE_SECCOMP_GET_FILTER, 1, None)
+            raise OSError("more than one seccomp filter in nsjail's jail")
+        except OSError as e:
+            if e.errno != 2:  # ENOENT: there is no second one
+                raise
+        buf = ctypes.create_string_buffer(8 * n)
+        if call(_PTRACE_SECCOMP_GET_FILTER, 0, buf) != n:
+            raise OSError("PTRACE_SECCOMP_GET_FILTER returned a different length")
+        call(_PTRACE_DETACH, 0, None)
+        return buf.raw
+    finally:
+        jail.kill()
+        jail.wait()
+
+
+_MOUNT_LINE = re.compile(r'^[ \t]*mount[ \t]*\{(.*)\}[ \t]*(?:#.*)?$', re.MULTILINE)
+_FIELD = re.compile(r'(\w+)[ \t]*:[ \t]*("[^"]*"|\w+)')
+_SCALAR = re.compile(r'^[ \t]*(hostname|cwd)[ \t]*:[ \t]*"([^"]*)"', re.MULTILINE)
+_NSJAIL_CGROUP_FLAGS = {  # nsjail's cgroup arguments (sandbox/cgroups.py) -> what it writes
+    "memory": ("--cgroup_mem_mount", "--cgroup_mem_parent",
+               {"memory.limit_in_bytes": "{mem}"}),
+    "pids": ("--cgroup_pids_mount", "--cgroup_pids_parent", {"pids.max": "{pids}"}),
+    "cpu": ("--cgroup_cpu_mount", "--cgroup_cpu_parent",
+            {"cpu.cfs_quota_us": "{cpu_quota_us}", "cpu.cfs_period_us": "1000000"}),
+}
+
+
+def policy_mounts(path: str | os.PathLike) -> list[tuple[str, str, bool, bool]]:
+    """The policy file's ``mount { ... }`` lines as (src, dst, rw, mandatory): bind mounts
+    only (the zygote makes nothing else; any other kind is refused, naming the line)."""
+    found = []
+    for body in _MOUNT_LINE.findall(Path(path).read_text()):
+        f = {k: v.strip('"') for k, v in _FIELD.findall(body)}
+        if f.get("is_bind") != "true" or "src" not in f or "dst" not in f:
+            raise ValueError(f"{path}: the forkserver makes bind mounts only: mount {{{body}}}")
+        found.append((f["src"], f["dst"], f.get("rw") == "true", f.get("mandatory") != "false"))
+    return found
+
+
+def policy_scalars(path: str | os.PathLike) -> dict[str, str]:
+    """The policy file's ``hostname`` and ``cwd``."""
+    return dict(_SCALAR.findall(Path(path).read_text()))
+
+
+def cgroup_files(nsjail_args: list[str]) -> dict[str, dict]:
+    """What nsjail's cgroup arguments (sandbox/cgroups.py) make it write for a jail, as the
+    zygote's ``cgroups``: ``{controller: {"parent": dir, "files": {name: template}}}`` with
+    ``{mem}``, ``{pids}`` and ``{cpu_quota_us}`` for the run's values."""
+    arg = {nsjail_args[i]: nsjail_args[i + 1] if i + 1 < len(nsjail_args) else ""
+           for i in range(len(nsjail_args)) if nsjail_args[i].startswith("--")}
+    if "--use_cgroupv2" in arg:
+        files = {"memory.max": "{mem}", "memory.swap.max": arg.get("--cgroup_mem_swap_max", "0"),
+                 "pids.max": "{pids}"}
+        return {"v2": {"parent": arg["--cgroupv2_mount"], "files": files}}
+    out = {}
+    for controller, (mount_flag, parent_flag, files) in _NSJAIL_CGROUP_FLAGS.items():
+        if mount_flag in arg:
+            files = dict(files)
+            if controller == "memory" and "--cgroup_mem_memsw_max" in arg:
+                files["memory.memsw.limit_in_bytes"] = "{mem}"  # after the limit: never below it
+            out[controller] = {"parent": os.path.join(arg[mount_flag], arg[parent_flag]),
+                               "files": files}
+    return out
+
+
+@dataclass(frozen=True)
+class WarmEntry:
+    """What the forkserver serves: runs of ``[python, "-I", "-S", NAME]`` with NAME one of
+    ``names`` among the run's files (the judge's harness, as bytecode or source: the verifier's
+    own names), which the zygote runs from ``source``, loaded once. The run's own file is still
+    bound at /tmp/NAME (the harness's ``--program`` processes exec it). Only the verifier gives
+    both, from the same harness; a jail's output never becomes the zygote's code."""
+
+    names: tuple[str, ...]
+    source: bytes
+
+    def serves(self, argv: list[str], files: Mapping[str, bytes], python: str) -> bool:
+        return (len(argv) == 4 and argv[:3] == [python, "-I", "-S"] and argv[3] in self.names
+                and argv[3] in files)
+
+
+def zygote_config(policy: str | os.PathLike, extra_ro: list[tuple[str, str]], *,
+                  files_dir: str, harness: str, seccomp: str, cgroup_args: list[str]) -> dict:
+    """The zygote's configuration (sandbox/zygote.py), all of it from the policy file, the
+    sandbox's own read-only directories (``extra_ro``: the interpreter's prefix, the packages),
+    its staged input files and harness source, nsjail's seccomp filter and nsjail's cgroup
+    arguments (empty: no cgroups)."""
+    mounts = policy_mounts(policy)
+    rlimits = dict(policy_rlimits(policy))
+    # The policy's rlimit_stack_type SOFT: nsjail sets both limits to its own soft one.
+    rlimits["stack"] = resource.getrlimit(resource.RLIMIT_STACK)[0]
+    scalars = policy_scalars(policy)
+    return {
+        "ro": [(src, dst) for src, dst, _rw, mandatory in mounts
+               if not dst.startswith("/dev/") and (mandatory or os.path.lexists(src))] + extra_ro,
+        "devices": [(dst, rw) for _src, dst, rw, _m in mounts if dst.startswith("/dev/")],
+        "files": files_dir,
+        "harness": harness,
+        "seccomp": seccomp,
+        "cgroups": cgroup_files(cgroup_args) if cgroup_args else {},
+        "env": policy_environment(policy),
+        "rlimits": rlimits,
+        "hostname": scalars.get("hostname", "sandbox"),
+        "cwd": scalars.get("cwd", "/tmp"),
+    }
+
+
+def run_request(uid: int, argv: list[str], staged: list[tuple[str, str]], lim: SandboxLimits,
+                *, exec_argv: bool, cgroup_headroom_mb: int) -> dict:
+    """The zygote's request for one run: the same limits nsjail's command line would carry
+    (``--rlimit_as/cpu/fsize/nproc``, the scratch tmpfs, the cgroup limits)."""
+    return {
+        "uid": uid,
+        "entry": argv[-1],
+        "argv": list(argv) if exec_argv else None,
+        "files": staged,
+        "limits": {"as": lim.memory_mb << 20, "cpu": ceil_s(lim.cpu_s),
+                   "fsize": lim.file_size_mb << 20, "nproc": lim.max_procs,
+                   "scratch_bytes": lim.scratch_mb << 20, "scratch_files": lim.scratch_files},
+        "cgroup": {"mem": (lim.memory_mb + lim.scratch_mb + cgroup_headroom_mb) << 20,
+                   "pids": lim.max_procs, "cpu_quota_us": JAIL_CPU_MS_PER_SEC * 1000},
+    }
+
+
+def run_result(out: ProcessOutcome, lim: SandboxLimits,
+               signal_status: Callable[[int, float, SandboxLimits], tuple[str, str]]
+               ) -> RunResult:
+    """A forked run's RunResult, by nsjail's rules (``signal_status``: what a death by a signal
+    nobody outside sent means)."""
+    res = RunResult(status="ok", stdout=out.stdout, stderr=out.stderr, wall_s=out.wall_s,
+                    cpu_s=out.cpu_s,
+                    peak_memory_mb=round(out.maxrss_kb / 1024, 1) if out.maxrss_kb else None,
+                    stdout_truncated=out.stdout_truncated,
+                    stderr_truncated=out.stderr_truncated)
+    stop = output_stop(out.hook_error, out.stopped, out.output_exceeded, lim.output_bytes)
+    if out.cancelled:
+        res.status, res.detail = "error", CLOSED
+    elif out.spawn_error:
+        res.status, res.detail = "error", out.spawn_error
+    elif stop is not None:
+        res.status, res.detail = stop
+    elif out.timed_out:
+        res.status, res.detail = "timeout", f"wall time over {lim.wall_s:g} s"
+    elif out.returncode is None:
+        res.status, res.detail = "error", "forkserver: the jail's status is unknown"
+    elif out.returncode >= 0:
+        res.exit_code = out.returncode
+    else:
+        res.signal = -out.returncode
+        res.status, res.detail = signal_status(res.signal, out.cpu_s, lim)
+    return res
+
+
+class ZygoteGone(Exception):
+    """The zygote is not there (it died or never started); the message says why."""
+
+
+class Forkserver:
+    """One zygote, started on first use and again after it dies; ``run`` from any thread.
+
+    ``config``: the zygote's configuration (sandbox/zygote.py: ``root`` is filled in here);
+    ``python``: the jails' interpreter, which runs the zygote; ``env``: the policy's
+    environment, the zygote's own and its jails'."""
+
+    def __init__(self, python: str, config: dict, env: Mapping[str, str]) -> None:
+        self.python, self.config, self.env = python, dict(config), dict(env)
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._sock: socket.socket | None = None
+        self._root: str | None = None
+        self._pidfds: set[int] = set()  # the jails running now (for close)
+        self.closed = False
+        self.started = 0
+
+    # -- the zygote --------------------------------------------------------------------------
+
+    def _zygote(self) -> socket.socket:
+        """The live zygote's socket, starting one when there is none (under the lock)."""
+        if self._proc is not None and self._proc.poll() is None and self._sock is not None:
+            return self._sock
+        self._stop_zygote()
+        # The cgroups of the jails of a zygote that was killed (it removes its own otherwise).
+        for controller in self.config.get("cgroups", {}).values():
+            cgroups.sweep_stale(controller["parent"])
+        import tempfile  # lazy: only when a zygote starts
+
+        self._root = tempfile.mkdtemp(prefix="magic-rlvr-zygote-")
+        os.chmod(self._root, 0o755)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        cfg = dict(self.config, root=self._root)
+        try:
+            self._proc = subprocess.Popen(
+                [self.python, "-I", "-S", str(ZYGOTE), str(theirs.fileno()), json.dumps(cfg)],
+                pass_fds=(theirs.fileno(),), env=self.env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as e:
+            ours.close()
+            raise ZygoteGone(f"cannot start the zygote: {e}") from e
+        finally:
+            theirs.close()
+        self._sock = ours
+        self.started += 1
+        return ours
+
+    def _zygote_error(self) -> str:
+        proc = self._proc
+        if proc is None or proc.poll() is None:
+            return "the zygote did not answer"
+        err = b""
+        try:
+            assert proc.stderr
+            os.set_blocking(proc.stderr.fileno(), False)
+            err = proc.stderr.read() or b""
+        except (OSError, ValueError):
+            pass
+        return (f"the zygote exited ({proc.returncode}): "
+                f"{err[-600:].decode(errors='replace').strip()}")
+
+    def _stop_zygote(self) -> None:
+        if self._sock is not None:
+            self._sock.close()  # the zygote exits when its socket closes
+            self._sock = None
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            if self._proc.stderr:
+                self._proc.stderr.close()
+            self._proc = None
+        if self._root is not None:
+            try:
+                os.rmdir(self._root)  # its mounts were in the zygote's own namespace
+            except OSError:
+                pass
+            self._root = None
+
+    def close(self) -> None:
+        """Kill every running jail, stop the zygote, refuse later runs (each returns at once,
+        cancelled). Idempotent."""
+        with self._lock:
+            self.closed = True
+            for pidfd in list(self._pidfds):
+                _kill(pidfd)
+            self._stop_zygote()
+
+    def zygote_pid(self) -> int | None:
+        with self._lock:
+            return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    # -- one run -----------------------------------------------------------------------------
+
+    def run(self, request: dict, *, stdin: bytes, wall_s: float, output_bytes: int,
+            on_stdout: StdoutHook | None = None) -> ProcessOutcome:
+        """One jail: ``request`` is the zygote's (uid, limits, cgroup values, files, argv or
+        none for the harness). Never raises: a failure is the outcome's ``spawn_error``."""
+        start = time.monotonic()
+        out = ProcessOutcome(None, 0.0, 0.0, 0, b"", b"", b"")
+        if self.closed:
+            out.cancelled, out.spawn_error = True, CLOSED
+            return out
+        in_r, in_w = os.pipe2(os.O_CLOEXEC)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            try:
+                with self._lock:
+                    if self.closed:
+                        out.cancelled, out.spawn_error = True, CLOSED
+                        return out
+                    for attempt in (0, 1):  # a zygote found dead is replaced once
+                        sock = self._zygote()
+                        try:
+                            socket.send_fds(sock, [json.dumps(request).encode()],
+                                            [in_r, out_w, err_w, theirs.fileno()])
+                            break
+                        except OSError as e:
+                            why = self._zygote_error()
+                            self._stop_zygote()
+                            if attempt:
+                                raise ZygoteGone(f"{e}; {why}") from e
+            except ZygoteGone as e:
+                out.spawn_error = f"forkserver: {e}"
+                return out
+            finally:
+                for fd in (in_r, out_w, err_w):
+                    os.close(fd)
+                theirs.close()
+            in_r = out_w = err_w = -1
+            _Drive(self, mine, in_w, out_r, err_r, stdin, start + wall_s, output_bytes,
+                   on_stdout, out).pump()
+            in_w = out_r = err_r = -1  # closed by the drive
+        finally:
+            for fd in (in_w, out_r, err_r):
+                if fd >= 0:
+                    os.close(fd)
+            mine.close()
+        # Stopped by close(): killed (or its end not even reported); one that ended by itself
+        # before keeps its result (as process.drive_process decides for nsjail's runs).
+        if self.closed and (out.returncode is None or out.returncode < 0):
+            out.cancelled = True
+        out.wall_s = time.monotonic() - start
+        return out
+
+    def _track(self, pidfd: int) -> bool:
+        with self._lock:
+            if self.closed:
+                return False
+            self._pidfds.add(pidfd)
+            return True
+
+    def _untrack(self, pidfd: int) -> None:
+        with self._lock:
+            self._pidfds.discard(pidfd)
+
+
+def _kill(pidfd: int) -> None:
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except OSError:
+        pass  # already gone
+
+
+class _Drive:
+    """The verifier's side of one running jail (see the module's docstring)."""
+
+    def __init__(self, server: Forkserver, report: socket.socket, in_w: int, out_r: int,
+                 err_r: int, stdin: bytes, deadline: float, output_bytes: int,
+                 on_stdout: StdoutHook | None, out: ProcessOutcome) -> None:
+        self.server, self.report, self.out = server, report, out
+        self.deadline = deadline
+        self.sink = OutputSink(output_bytes, on_stdout)
+        self.fds = {out_r: "out", err_r: "err"}
+        self.in_w = in_w
+        self.view, self.pos = memoryview(stdin), 0
+        self.pidfd = -1
+        self.status: dict | None = None
+        self.killed = False
+
+    def pump(self) -> None:
+        try:
+            self._loop()
+        finally:
+            if self.pidfd >= 0:
+                self.server._untrack(self.pidfd)
+                os.close(self.pidfd)
+            if self.in_w >= 0:
+                os.close(self.in_w)
+            for fd in self.fds:
+                os.close(fd)
+            self.sink.fill(self.out)
+            st = self.status or {}
+            if "status" in st:
+                self.out.returncode = os.waitstatus_to_exitcode(st["status"])
+                self.out.cpu_s, self.out.maxrss_kb = float(st["cpu"]), int(st["maxrss_kb"])
+            elif not self.out.spawn_error:
+                self.out.spawn_error = "forkserver: the jail's end was not reported"
+
+    def _loop(self) -> None:
+        """Until the jail's end is reported and its pipes are drained (``EXIT_GRACE_S`` at
+        most), or, once killed, until its end is reported (``END_WAIT_S`` at most)."""
+        poller = select.poll()
+        poller.register(self.report, select.POLLIN)
+        for fd in self.fds:
+            os.set_blocking(fd, False)
+            poller.register(fd, select.POLLIN)
+        if len(self.view):
+            os.set_blocking(self.in_w, False)
+            poller.register(self.in_w, select.POLLOUT)
+        else:
+            os.close(self.in_w)
+            self.in_w = -1
+        end_by = self.deadline
+        while True:
+            now = time.monotonic()
+            if self.status is not None:
+                if not self.fds or now >= end_by:
+                    return
+            elif self.killed:
+                if now >= end_by:
+                    return  # its end never came: the outcome says so
+            elif now >= self.deadline:
+                self.out.timed_out = True
+                self._stop()
+                end_by = now + (END_WAIT_S if self.pidfd >= 0 else PID_WAIT_S)
+                continue
+            for fd, ev in poller.poll(max(0.0, min(end_by - now, 1.0)) * 1000):
+                if fd == self.report.fileno():
+                    if not self._report(poller):
+                        if self.status is None and not self.out.spawn_error:
+                            self.out.spawn_error = (
+                                f"forkserver: no report of the jail ({self.server._zygote_error()})")
+                        return
+                    if self.status is not None:
+                        end_by = time.monotonic() + EXIT_GRACE_S
+                elif fd == self.in_w:
+                    self._feed(poller, ev)
+                elif fd in self.fds:
+                    self._read(fd, poller)
+                    if not self.killed and self.sink.stop_reason():
+                        self._stop()  # a cap or the hook
+                        if self.status is None:
+                            end_by = time.monotonic() + END_WAIT_S
+
+    def _stop(self) -> None:
+        self.killed = True
+        if self.pidfd >= 0:
+            _kill(self.pidfd)
+
+    def _report(self, poller) -> bool:
+        """One report message; False at the end of the socket."""
+        try:
+            msg, fds, _flags, _addr = socket.recv_fds(self.report, 1 << 16, 1)
+        except OSError:
+            return False
+        if not msg:
+            poller.unregister(self.report)
+            return False
+        rep = json.loads(msg)
+        if "pid" in rep and fds:
+            self.pidfd = fds[0]
+            if not self.server._track(self.pidfd):  # closed meanwhile
+                self.out.cancelled = True
+                self.killed = True
+            if self.killed:
+                _kill(self.pidfd)
+        elif "status" in rep:
+            self.status = rep
+            poller.unregister(self.report)
+        elif "error" in rep:
+            self.out.spawn_error = f"forkserver: {rep['error']}"
+            self.status = {}
+            poller.unregister(self.report)
+        for extra in fds[1:]:
+            os.close(extra)
+        return True
+
+    def _feed(self, poller, ev: int) -> None:
+        if not ev & select.POLLERR:
+            try:
+                self.pos += os.write(self.in_w, self.view[self.pos:self.pos + 65536])
+            except BlockingIOError:
+                return
+            except OSError:
+                self.pos = len(self.view)
+            if self.pos < len(self.view):
+                return
+        poller.unregister(self.in_w)
+        os.close(self.in_w)
+        self.in_w = -1
+
+    def _read(self, fd: int, poller) -> None:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            poller.unregister(fd)
+            del self.fds[fd]
+            os.close(fd)
+            return
+        if self.fds[fd] == "out":
+            self.sink.stdout(chunk)
+        else:
+            self.sink.stderr(chunk)

@@ -1,0 +1,408 @@
+"""The forkserver's zygote: a warm process that forks each run into a fresh jail of its own, doing
+what nsjail does for a jail (issue 29; sandbox/forkserver.py starts it and talks to it).
+
+It runs the jails' own interpreter (``python3 -I -S``, nothing imported but what is below), as
+root, started by the verifier with the policy's environment and two arguments: the descriptor
+of its end of a ``SOCK_SEQPACKET`` socket pair, and a JSON object (``Config`` in
+sandbox/forkserver.py). It never runs untrusted code: each run happens in a child of it, and
+nothing of a run flows through it (the run's pipes go from the verifier straight to the jail).
+
+Once, at its start: a mount namespace of its own whose root is a fresh tmpfs holding the
+policy's read-only mounts (``/usr``, ``/lib``, ``/lib64``, ``/bin``, the devices) and the
+sandbox's own (the interpreter's prefix, the packages), made read-only and entered with
+``pivot_root``; directory descriptors of ``/proc``, of the cgroup parents and of the verifier's
+staged input files, kept from before it; nsjail's own seccomp filter (the BPF nsjail compiled from the policy file, read
+out of one of its jails by the verifier); and the judge's harness, loaded (its imports done)
+when one is given.
+
+Per run (a request packet with four descriptors: the run's stdin, stdout and stderr, and a
+report socket), in a forked child, in nsjail's order:
+
+1. its cgroups (made here, by the zygote, before the fork: memory, pids and cpu, the limits
+   nsjail writes, named ``NSJAIL.<child pid>`` so that cgroups.py's sweep knows them), entered;
+2. its outside uid (from the verifier's pool): root's capabilities go with it; a new user
+   namespace in which that uid is 65534, groups denied (nsjail's ``--user 65534:<uid>:1``);
+3. new mount, PID, network, IPC, UTS and cgroup namespaces; the scratch tmpfs on ``/tmp`` (the
+   run's size and inode limits); the run's input files copied into it and made read-only
+   (bound onto themselves); the hostname;
+4. its PID 1 (a fork), which takes the run's pipes as 0, 1 and 2 and closes every other
+   descriptor, sets the policy's and the run's rlimits, ``/tmp`` as cwd, the policy's
+   environment, drops every capability (effective, permitted, inheritable, ambient, bounding),
+   sets ``no_new_privs``, loads the seccomp filter, and then execs the run's argv, or runs the
+   loaded harness's ``main()``.
+
+The child reports on the report socket the PID 1's pid with a pidfd of it (the verifier kills
+the jail with it: killing a PID namespace's init kills the namespace), then its wait status
+and the CPU and peak memory of the jail's processes, and exits. The zygote reaps it and removes
+its cgroups. A request it cannot read, or a run whose set-up fails, costs only that run: its
+report says why.
+"""
+
+# Why the imports come in three steps: a run's PID 1 must hold the modules a freshly started
+# harness would, and no more (a program that finds ``ctypes`` already imported would import it
+# past the harness's audit hook). What the interpreter starts with, then what the harness
+# itself imports, are kept; what is imported after (the zygote's own) is dropped in each run.
+import sys
+
+for _name in ("_signal", "builtins", "fcntl", "io", "marshal", "os", "resource", "select", "time"):
+    __import__(_name)  # the harness's own imports (and theirs), see above
+import os  # noqa: E402 - imported above already
+import resource  # noqa: E402
+import select  # noqa: E402
+import time  # noqa: E402
+
+HARNESS_MODULES = set(sys.modules)
+"""The modules a fresh interpreter running the harness has before the harness's own code runs."""
+
+import ctypes  # noqa: E402 - the zygote's own, dropped in each run (see above)
+import json  # noqa: E402
+import socket  # noqa: E402
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
+CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x10000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 0x1, 0x2, 0x4, 0x20
+MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
+MNT_DETACH = 2
+SYS_PIVOT_ROOT = 155  # x86-64
+PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 4, 22, 24, 38
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+SECCOMP_MODE_FILTER = 2
+CAP_LAST = 63  # drop every bounding-set bit the kernel knows (EINVAL past its last)
+SANDBOX_ID = 65534
+HARNESS_IN_JAIL = "/tmp/judge_harness.py"  # its name in tracebacks; each run sets its own path
+RLIMITS = {  # the per-run ones come with each request; these are the policy file's (bytes, counts)
+    "core": resource.RLIMIT_CORE, "nofile": resource.RLIMIT_NOFILE,
+    "memlock": resource.RLIMIT_MEMLOCK, "msgqueue": resource.RLIMIT_MSGQUEUE,
+    "rtprio": resource.RLIMIT_RTPRIO, "stack": resource.RLIMIT_STACK,
+}
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+class CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def check(rc, what):
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def mount(src, dst, fstype, flags, data=None):
+    check(libc.mount(src.encode(), dst.encode(), fstype.encode() if fstype else None,
+                     ctypes.c_ulong(flags), data.encode() if data else None), f"mount {dst}")
+
+
+def bind_ro(src, dst):
+    mount(src, dst, None, MS_BIND | MS_REC)
+    mount(src, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def write_at(dir_fd, name, value):
+    fd = os.open(name, os.O_WRONLY, dir_fd=dir_fd)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+class Zygote:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.env = dict(cfg["env"])
+        self.fixed_rlimits = {RLIMITS[k]: v for k, v in cfg["rlimits"].items()}
+        bpf = open(cfg["seccomp"], "rb").read()
+        self._bpf = ctypes.create_string_buffer(bpf, len(bpf))
+        self.prog = SockFprog(len(bpf) // 8, ctypes.addressof(self._bpf))
+        self.proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        # The verifier's staged input files (never mounted into the root: a jail of nsjail's
+        # has no such directory either).
+        self.files_fd = os.open(cfg["files"], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        # {controller: (dir fd of the parent, {file: value template})}, from nsjail's arguments.
+        self.cgroups = {c: (os.open(d["parent"], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC),
+                            d["files"]) for c, d in cfg["cgroups"].items()}
+        self.harness = {}
+        self.harness_module = None
+        self.keep_modules = HARNESS_MODULES
+        self.pending = {}  # child pid -> cgroup name, until reaped and removed
+        self.stale = []  # cgroup names whose removal failed (processes still exiting)
+        self._build_root(cfg)
+
+    # -- once ------------------------------------------------------------------------------
+
+    def _build_root(self, cfg):
+        root = cfg["root"]
+        check(libc.unshare(CLONE_NEWNS), "unshare the zygote's mount namespace")
+        mount("none", "/", None, MS_REC | MS_PRIVATE)
+        mount("none", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=256,mode=755")
+        for src, dst in cfg["ro"]:
+            if os.path.islink(src):  # /lib -> usr/lib on merged-/usr systems: the same link
+                os.makedirs(os.path.dirname(root + dst), exist_ok=True)
+                os.symlink(os.readlink(src), root + dst)
+                continue
+            os.makedirs(root + dst, exist_ok=True)
+            bind_ro(src, root + dst)
+        os.mkdir(root + "/dev")
+        for dev, rw in cfg["devices"]:
+            open(root + dev, "w").close()
+            mount(dev, root + dev, None, MS_BIND)
+            if not rw:
+                mount(dev, root + dev, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID)
+        os.mkdir(root + "/tmp")
+        if cfg.get("harness"):
+            # The judge's harness, from its source (the verifier's, never bytes a jail made),
+            # compiled and loaded once; each run's PID 1 calls its main().
+            source = open(cfg["harness"], "rb").read()
+            sys.argv = [HARNESS_IN_JAIL]
+            module = type(sys)("judge_harness")  # __main__ in each run, as in a fresh process
+            before = set(sys.modules)
+            exec(compile(source, HARNESS_IN_JAIL, "exec"), module.__dict__)
+            self.harness = module.__dict__
+            self.harness_module = module
+            self.keep_modules = HARNESS_MODULES | (set(sys.modules) - before)
+        # pivot_root, not chroot: a chrooted process may not make a user namespace.
+        os.mkdir(root + "/.old")
+        check(libc.syscall(SYS_PIVOT_ROOT, root.encode(), (root + "/.old").encode()),
+              "pivot_root")
+        os.chdir("/")
+        check(libc.umount2(b"/.old", MNT_DETACH), "unmount the old root")
+        os.rmdir("/.old")
+        mount("none", "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def serve(self, sock):
+        self.sock_fd = sock.fileno()
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        while True:
+            if poller.poll(200 if (self.pending or self.stale) else None):
+                try:
+                    msg, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 8)
+                except InterruptedError:
+                    continue
+                if not msg:  # the verifier closed its end (its jails are being killed)
+                    deadline = time.monotonic() + 3
+                    while (self.pending or self.stale) and time.monotonic() < deadline:
+                        time.sleep(0.01)
+                        self.reap()  # their cgroups go with them
+                    return
+                try:
+                    self.start(msg, fds)
+                finally:
+                    for fd in fds:
+                        os.close(fd)
+            self.reap()
+
+    def reap(self):
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            name = self.pending.pop(pid, None)
+            if name:
+                self.stale.append(name)
+        left = []
+        for name in self.stale:
+            for fd, _files in self.cgroups.values():
+                try:
+                    os.rmdir(name, dir_fd=fd)
+                except FileNotFoundError:
+                    pass
+                except OSError:  # its last processes are still exiting: next time
+                    left.append(name)
+                    break
+        self.stale = left
+
+    def start(self, msg, fds):
+        report = fds[3] if len(fds) == 4 else -1
+        try:
+            req = json.loads(msg)
+            if len(fds) != 4:
+                raise ValueError(f"a request carries 4 descriptors, got {len(fds)}")
+        except ValueError as e:
+            if report >= 0:
+                _send(report, {"error": f"bad request: {e}"})
+            return
+        # The cgroups are made before the fork (the name needs the child's pid: a pipe tells
+        # the child when they are ready).
+        go_r, go_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(go_w)
+            os.close(self.sock_fd)  # the verifier's channel stays the zygote's alone
+            code = 70
+            try:
+                if os.read(go_r, 1) != b"g":
+                    os._exit(code)  # the zygote said why on the report socket
+                os.close(go_r)
+                code = self.child(req, fds, f"NSJAIL.{os.getpid()}")
+            except BaseException as e:  # said on the report socket; the run fails, not us
+                _send(report, {"error": f"jail set-up: {type(e).__name__}: {e}"})
+            finally:
+                os._exit(code)
+        os.close(go_r)
+        name = f"NSJAIL.{pid}"
+        try:
+            for fd, files in self.cgroups.values():
+                os.mkdir(name, dir_fd=fd)
+                self.pending[pid] = name
+                for f, template in files.items():
+                    write_at(fd, f"{name}/{f}", template.format(**req["cgroup"]))
+            os.write(go_w, b"g")
+        except OSError as e:
+            _send(report, {"error": f"cgroups: {e}"})
+        finally:
+            os.close(go_w)
+
+    # -- one run, in the child -------------------------------------------------------------
+
+    def child(self, req, fds, name):
+        stdin_fd, stdout_fd, stderr_fd, report = fds
+        me = str(os.getpid())
+        for fd, _files in self.cgroups.values():
+            write_at(fd, f"{name}/cgroup.procs", me)
+        uid = int(req["uid"])
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        # A uid change makes a process undumpable, its /proc files root's: it could not write
+        # its own uid_map. Undumpable again right after.
+        check(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")
+        check(libc.unshare(CLONE_NEWUSER), "unshare the user namespace")
+        for f, v in (("setgroups", "deny"), ("uid_map", f"{SANDBOX_ID} {uid} 1"),
+                     ("gid_map", f"{SANDBOX_ID} {uid} 1")):
+            write_at(self.proc_fd, f"self/{f}", v)
+        check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "undumpable")
+        check(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC
+                           | CLONE_NEWUTS | CLONE_NEWCGROUP), "unshare the namespaces")
+        lim = req["limits"]
+        mount("none", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
+              f"size={lim['scratch_bytes']},nr_inodes={lim['scratch_files']}")
+        for src, dst in req["files"]:  # the run's input files, read-only at /tmp/<name>
+            # Copied in (a bind needs the staging directory's path, which the root does not
+            # have), then bound onto themselves read-only: this mount namespace is the jail's,
+            # but only this process, before it drops its capabilities, may remount them.
+            fd = os.open(src, os.O_RDONLY, dir_fd=self.files_fd)
+            with os.fdopen(fd, "rb") as f, open(f"/tmp/{dst}", "wb") as out:
+                while chunk := f.read(1 << 20):
+                    out.write(chunk)
+            os.chmod(f"/tmp/{dst}", 0o444)
+            bind_ro(f"/tmp/{dst}", f"/tmp/{dst}")
+        check(libc.sethostname(self.cfg["hostname"].encode(), len(self.cfg["hostname"])),
+              "hostname")
+        jail = os.fork()  # PID 1 of the new PID namespace
+        if jail == 0:
+            code = 71
+            try:
+                self.pid1(req, stdin_fd, stdout_fd, stderr_fd)
+            except BaseException as e:
+                try:
+                    os.write(2, f"jail start: {type(e).__name__}: {e}\n".encode())
+                except OSError:
+                    pass
+            finally:
+                os._exit(code)
+        for fd in (stdin_fd, stdout_fd, stderr_fd):
+            os.close(fd)
+        pidfd = os.pidfd_open(jail)
+        s = _sock(report)
+        socket.send_fds(s, [json.dumps({"pid": jail}).encode()], [pidfd])
+        s.close()
+        os.close(pidfd)
+        _, status, ru = os.wait4(jail, 0)
+        # The jail's processes that its PID 1 reaped count in its rusage; the kernel kills the
+        # rest with it, unreaped by anyone but their own init.
+        _send(report, {"status": status, "cpu": ru.ru_utime + ru.ru_stime,
+                       "maxrss_kb": ru.ru_maxrss})
+        return 0
+
+    def pid1(self, req, stdin_fd, stdout_fd, stderr_fd):
+        for target, fd in ((0, stdin_fd), (1, stdout_fd), (2, stderr_fd)):
+            os.dup2(fd, target)
+        os.closerange(3, 1 << 20)  # the zygote's socket, /proc and cgroup dirs: none stays
+        lim = req["limits"]
+        for rl, value in ((resource.RLIMIT_AS, lim["as"]), (resource.RLIMIT_CPU, lim["cpu"]),
+                          (resource.RLIMIT_FSIZE, lim["fsize"]),
+                          (resource.RLIMIT_NPROC, lim["nproc"]), *self.fixed_rlimits.items()):
+            resource.setrlimit(rl, (value, value))
+        os.chdir(self.cfg["cwd"])
+        os.environ.clear()
+        os.environ.update(self.env)
+        for cap in range(CAP_LAST + 1):
+            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL for caps the kernel lacks
+        check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "ambient caps")
+        check(libc.capset(ctypes.byref(CapHeader(0x20080522, 0)), (CapData * 2)()), "capset")
+        check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(self.prog), 0, 0),
+              "seccomp")
+        argv = req.get("argv")
+        if argv:
+            os.execve(argv[0], argv, self.env)
+        self.become_harness(req["entry"])()
+        os._exit(0)
+
+    def become_harness(self, entry):
+        """Make this process what a fresh interpreter running the harness as
+        ``python3 -I -S <entry>`` would be, as far as a program can tell: the harness as
+        ``__main__``, its modules and no others, its argv; nothing of the zygote's reachable
+        but through the garbage collector (whose ctypes objects the harness's audit hook makes
+        useless: every ctypes call is an audit event it refuses). Returns its ``main``."""
+        module, harness, keep = self.harness_module, self.harness, self.keep_modules
+        for name in set(sys.modules) - keep:
+            del sys.modules[name]
+        module.__name__ = "__main__"
+        sys.modules["__main__"] = module
+        sys.argv = [entry]
+        sys.orig_argv[:] = [sys.executable, "-I", "-S", entry]
+        # The harness decided at its import (in the zygote) that it is not its jail's PID 1;
+        # now it is, and must act as one (kill(-1) after each test).
+        harness["PID1"] = os.getpid() == 1
+        # Its --program processes exec the run's own copy of it, bound at /tmp/<entry>.
+        harness["HARNESS_PATH"] = f"/tmp/{entry}"
+        self.__dict__.clear()
+        globals().pop("libc", None)
+        import gc
+
+        gc.collect()
+        if "gc" not in keep:
+            del sys.modules["gc"]
+        return harness["main"]
+
+
+def _sock(fd):
+    return socket.socket(fileno=os.dup(fd))
+
+
+def _send(fd, obj):
+    try:
+        s = _sock(fd)
+        try:
+            s.send(json.dumps(obj).encode())
+        finally:
+            s.close()
+    except OSError:
+        pass
+
+
+def main():
+    cfg = json.loads(sys.argv[2])
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    Zygote(cfg).serve(sock)
+
+
+if __name__ == "__main__":
+    main()
