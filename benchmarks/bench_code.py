@@ -286,6 +286,10 @@ def main() -> None:
                          extra_args=("--code-concurrency", str(args.code_concurrency),
                                      "--warm-jails", args.warm_jails, "--profile", args.profile,
                                      *(["--forkserver"] if args.forkserver else [])))
+        if run.counts.get("CORRECT", 0) != base_correct or run.counts.get("SANDBOX_ERROR"):
+            # A rate of wrong verdicts means nothing (a broken sandbox is fast).
+            sys.exit(f"bench_code: the verifier's verdicts {run.counts} disagree with the naive "
+                     f"run's ({base_correct} correct)")
         bases.append(base)
         cands.append(run.rate)
         cand_cpus.append(run.machine_cpu)

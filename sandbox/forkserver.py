@@ -211,6 +211,8 @@ def run_request(uid: int, argv: list[str], staged: list[tuple[str, str]], lim: S
         "uid": uid,
         "entry": argv[-1],
         "argv": list(argv) if exec_argv else None,
+        # nsjail's --time_limit: whole seconds past the precise deadline the caller keeps.
+        "backstop_s": ceil_s(lim.wall_s) + 1,
         "files": staged,
         "limits": {"as": lim.memory_mb << 20, "cpu": ceil_s(lim.cpu_s),
                    "fsize": lim.file_size_mb << 20, "nproc": lim.max_procs,

@@ -66,7 +66,8 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 0x1, 0x2, 0x4, 0x20
 MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
 MNT_DETACH = 2
 SYS_PIVOT_ROOT = 155  # x86-64
-PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 4, 22, 24, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_CAPBSET_DROP = 1, 4, 22, 24
+PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 SECCOMP_MODE_FILTER = 2
 CAP_LAST = 63  # drop every bounding-set bit the kernel knows (EINVAL past its last)
@@ -183,6 +184,7 @@ class Zygote:
 
     def serve(self, sock):
         self.sock_fd = sock.fileno()
+        self.zygote_pid = os.getpid()
         poller = select.poll()
         poller.register(sock, select.POLLIN)
         while True:
@@ -191,7 +193,12 @@ class Zygote:
                     msg, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 8)
                 except InterruptedError:
                     continue
-                if not msg:  # the verifier closed its end (its jails are being killed)
+                if not msg:  # the verifier closed its end, or died: no jail outlives it
+                    for pid in self.pending:
+                        try:
+                            os.kill(pid, 9)  # its jail dies with it (die_with_parent)
+                        except OSError:
+                            pass
                     deadline = time.monotonic() + 3
                     while (self.pending or self.stale) and time.monotonic() < deadline:
                         time.sleep(0.01)
@@ -270,6 +277,17 @@ class Zygote:
 
     # -- one run, in the child -------------------------------------------------------------
 
+    @staticmethod
+    def die_with_parent(parent=None, alive_fd=-1):
+        """SIGKILL when the parent dies, then a check that it has not died already: its pid
+        is still our parent's, or (from a new PID namespace, where the parent has no pid) it
+        wrote on ``alive_fd`` after the fork."""
+        check(libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0), "pdeathsig")
+        if (os.read(alive_fd, 1) != b"a") if alive_fd >= 0 else (os.getppid() != parent):
+            os._exit(72)
+        if alive_fd >= 0:
+            os.close(alive_fd)
+
     def child(self, req, fds, name):
         stdin_fd, stdout_fd, stderr_fd, report = fds
         me = str(os.getpid())
@@ -279,6 +297,9 @@ class Zygote:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
+        # Dies with the zygote (set after the uid change, which clears it): a killed zygote
+        # (or verifier, whose zygote then kills us) leaves no jail behind.
+        self.die_with_parent(self.zygote_pid)
         # A uid change makes a process undumpable, its /proc files root's: it could not write
         # its own uid_map. Undumpable again right after.
         check(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")
@@ -304,10 +325,13 @@ class Zygote:
             bind_ro(f"/tmp/{dst}", f"/tmp/{dst}")
         check(libc.sethostname(self.cfg["hostname"].encode(), len(self.cfg["hostname"])),
               "hostname")
+        alive_r, alive_w = os.pipe()
         jail = os.fork()  # PID 1 of the new PID namespace
         if jail == 0:
             code = 71
             try:
+                os.close(alive_w)
+                self.die_with_parent(alive_fd=alive_r)  # and the whole namespace with it
                 self.pid1(req, stdin_fd, stdout_fd, stderr_fd)
             except BaseException as e:
                 try:
@@ -316,12 +340,21 @@ class Zygote:
                     pass
             finally:
                 os._exit(code)
+        os.close(alive_r)
+        os.write(alive_w, b"a")
+        os.close(alive_w)
         for fd in (stdin_fd, stdout_fd, stderr_fd):
             os.close(fd)
         pidfd = os.pidfd_open(jail)
         s = _sock(report)
         socket.send_fds(s, [json.dumps({"pid": jail}).encode()], [pidfd])
         s.close()
+        # The backstop of the run's deadline (nsjail's --time_limit): the verifier kills the
+        # jail at its deadline; this holds if the verifier cannot.
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        if not poller.poll(float(req["backstop_s"]) * 1000):
+            os.kill(jail, 9)
         os.close(pidfd)
         _, status, ru = os.wait4(jail, 0)
         # The jail's processes that its PID 1 reaped count in its rusage; the kernel kills the

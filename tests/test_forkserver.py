@@ -213,3 +213,49 @@ def test_forkserver_and_warm_jails_are_exclusive():
     with pytest.raises(ValueError, match="warm=0"):
         create_sandbox("nsjail", self_test=False, warm=1,
                        forkserver=WarmEntry((HARNESS_PYC,), b""))
+
+
+KILLED_VERIFIER = r"""
+import sys, threading, time
+sys.path.insert(0, sys.argv[1])
+from sandbox import create_sandbox
+from sandbox.forkserver import WarmEntry
+from verifier.code_score import score_code
+from verifier.harness import harness_source
+from verifier.harness_files import HARNESS_FILE, HARNESS_PYC
+from verifier.items import Limits
+sb = create_sandbox("nsjail", forkserver=WarmEntry((HARNESS_PYC, HARNESS_FILE), harness_source()))
+code = "```python\nimport time\ntime.sleep(120)\n```"
+threading.Thread(target=lambda: score_code(code, {"inputs": ["1\n"], "outputs": ["1\n"]},
+                                           Limits(test_timeout_s=120), sb), daemon=True).start()
+time.sleep(1.5)
+print(sb.forkserver.zygote_pid(), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_verifier_leaves_no_jail():
+    """SIGKILL the verifier while a forked jail runs (a program sleeping 120 s): the zygote
+    sees its socket close, kills its jails' parents, whose jails die with them, and exits.
+    Nothing of a sandbox uid is left, nothing waits for the jail's own deadline."""
+    import subprocess
+    import sys
+
+    from tests.conftest_sandbox import assert_no_leftovers, sandbox_pids
+
+    baseline = sandbox_pids()
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_VERIFIER, str(PROJECT_ROOT)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        zpid = int(proc.stdout.readline())
+        assert sandbox_pids() - baseline, "the jail is not running"
+        proc.kill()
+        proc.wait()
+        assert_no_leftovers(baseline, timeout=8)
+        deadline = time.monotonic() + 8
+        while os.path.exists(f"/proc/{zpid}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{zpid}")
+    finally:
+        proc.kill()
+        proc.wait()
