@@ -178,7 +178,7 @@ class WarmEntry:
 
 
 def zygote_config(policy: str | os.PathLike, extra_ro: list[tuple[str, str]], *,
-                  files_dir: str, harness: str, seccomp: str, cgroup_args: list[str]) -> dict:
+                  files_dir: str, harness: str, seccomp: bytes, cgroup_args: list[str]) -> dict:
     """The zygote's configuration (sandbox/zygote.py), all of it from the policy file, the
     sandbox's own read-only directories (``extra_ro``: the interpreter's prefix, the packages),
     its staged input files and harness source, nsjail's seccomp filter and nsjail's cgroup
@@ -194,7 +194,7 @@ def zygote_config(policy: str | os.PathLike, extra_ro: list[tuple[str, str]], *,
         "devices": [(dst, rw) for _src, dst, rw, _m in mounts if dst.startswith("/dev/")],
         "files": files_dir,
         "harness": harness,
-        "seccomp": seccomp,
+        "seccomp": seccomp.hex(),  # inline: no file to leave behind
         "cgroups": cgroup_files(cgroup_args) if cgroup_args else {},
         "env": policy_environment(policy),
         "rlimits": rlimits,
@@ -282,10 +282,10 @@ class Forkserver:
         # The cgroups of the jails of a zygote that was killed (it removes its own otherwise).
         for controller in self.config.get("cgroups", {}).values():
             cgroups.sweep_stale(controller["parent"])
-        import tempfile  # lazy: only when a zygote starts
-
-        self._root = tempfile.mkdtemp(prefix="magic-rlvr-zygote-")
-        os.chmod(self._root, 0o755)
+        # The zygote's root is mounted, in its own mount namespace, on an empty directory in
+        # the sandbox's files directory: swept with it when the verifier is gone.
+        self._root = os.path.join(self.config["files"], f".zygote-root-{self.started}")
+        os.makedirs(self._root, mode=0o755, exist_ok=True)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         cfg = dict(self.config, root=self._root)
         try:

@@ -225,7 +225,6 @@ class NsjailSandbox:
         self.warm_entry = forkserver
         self.forkserver: forkserver_mod.Forkserver | None = None
         """The zygote that forks the harness's jails (set up by ``self_test``, when asked)."""
-        self._bpf_file: str | None = None
 
     # -- public interface ------------------------------------------------------------------
 
@@ -389,11 +388,6 @@ class NsjailSandbox:
             self.warm_jails.close()
         if self.forkserver is not None:
             self.forkserver.close()
-        if self._bpf_file is not None:
-            try:
-                os.unlink(self._bpf_file)
-            except OSError:
-                pass
         self._running.close()
         with self._lock:
             if self._files_dir is not None:
@@ -441,11 +435,6 @@ class NsjailSandbox:
         finally:
             if self.uid_pool:
                 self.uid_pool.release(uid)
-        import tempfile  # lazy: only with a forkserver
-
-        fd, self._bpf_file = tempfile.mkstemp(prefix="magic-rlvr-seccomp-", suffix=".bpf")
-        with os.fdopen(fd, "wb") as f:
-            f.write(bpf)
         extra_ro = [(d, d) for d in self._host_ro]
         if self._packages_dir:
             extra_ro.append((self._packages_dir, PACKAGES_MOUNT))
@@ -453,7 +442,7 @@ class NsjailSandbox:
         assert self._files_dir is not None
         config = forkserver_mod.zygote_config(
             self.config, extra_ro, files_dir=self._files_dir.path, harness=harness,
-            seccomp=self._bpf_file,
+            seccomp=bpf,
             cgroup_args=self._cgroup_args if self._cgroup_mode != "off" else [])
         self.forkserver = forkserver_mod.Forkserver(self.python, config,
                                                     policy_environment(self.config))

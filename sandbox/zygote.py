@@ -122,7 +122,7 @@ class Zygote:
         self.cfg = cfg
         self.env = dict(cfg["env"])
         self.fixed_rlimits = {RLIMITS[k]: v for k, v in cfg["rlimits"].items()}
-        bpf = open(cfg["seccomp"], "rb").read()
+        bpf = bytes.fromhex(cfg["seccomp"])
         self._bpf = ctypes.create_string_buffer(bpf, len(bpf))
         self.prog = SockFprog(len(bpf) // 8, ctypes.addressof(self._bpf))
         self.proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
