@@ -81,6 +81,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_code import _lines, make_samples, naive_sample  # noqa: E402
 from common import machine_cpu_s  # noqa: E402
+from jail_floor_zygote import run_test  # noqa: E402
 
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
 CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x10000000, 0x20000000, 0x40000000
@@ -106,41 +107,6 @@ def _mount(src: str, dst: str, fstype: str | None, flags: int, data: str | None 
                        ctypes.c_ulong(flags), data.encode() if data else None), f"mount {dst}")
 
 
-def _read_all(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 65536):
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _run_test(code, stdin_text: str) -> bytes:
-    """In the jail's PID 1: fork one test's process, feed its stdin, return its stdout."""
-    in_r, in_w = os.pipe()
-    out_r, out_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.dup2(in_r, 0)
-            os.dup2(out_w, 1)
-            for fd in (in_r, in_w, out_r, out_w):
-                os.close(fd)
-            sys.stdin = open(0, closefd=False)
-            sys.stdout = open(1, "w", closefd=False)
-            exec(code, {"__name__": "__main__"})
-            sys.stdout.flush()
-            os._exit(0)
-        except BaseException:
-            os._exit(1)
-    os.close(in_r)
-    os.close(out_w)
-    os.write(in_w, stdin_text.encode())
-    os.close(in_w)
-    out = _read_all(out_r)
-    os.close(out_r)
-    _, status = os.waitpid(pid, 0)
-    return out if os.waitstatus_to_exitcode(status) == 0 else None
-
-
 def _run_test_here(code, stdin_text: str) -> bytes | None:
     """One test in this very process (LiveCodeBench's own judge's model: a sample's tests share
     one process), stdin and stdout swapped for in-memory files."""
@@ -159,7 +125,7 @@ def _jail_pid1(sample: dict, root: str | None, one_process: bool = False) -> int
     if root is not None:
         _enter_root(root)
     code = compile(sample["program"], "<program>", "exec")
-    run = _run_test_here if one_process else _run_test
+    run = _run_test_here if one_process else run_test
     for x, y in zip(sample["ground_truth"]["inputs"], sample["ground_truth"]["outputs"]):
         out = run(code, x)
         if out is None or _lines(out.decode()) != _lines(y):

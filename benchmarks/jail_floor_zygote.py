@@ -33,51 +33,75 @@ import os
 import resource
 import sys
 
-libc = ctypes.CDLL(None, use_errno=True)
-CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
-CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x10000000, 0x20000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 0x1, 0x2, 0x4, 0x20
-MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
-PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
-PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, PR_SET_DUMPABLE = 24, 47, 4, 4
-CAP_LAST = 40
-SANDBOX_ID = 65534
+# The jail's steps are the forkserver's own (sandbox/zygote.py, stdlib only like this file).
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "sandbox"))
+from zygote import (  # noqa: E402
+    CLONE_NEWCGROUP,
+    CLONE_NEWIPC,
+    CLONE_NEWNET,
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    CLONE_NEWUSER,
+    CLONE_NEWUTS,
+    MS_BIND,
+    MS_NODEV,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_RDONLY,
+    MS_REC,
+    MS_REMOUNT,
+    PR_SET_DUMPABLE,
+    PR_SET_NO_NEW_PRIVS,
+    PR_SET_SECCOMP,
+    SANDBOX_ID,
+    SECCOMP_MODE_FILTER,
+    SockFprog,
+    check,
+    drop_capabilities,
+    libc,
+    mount,
+)
+
 HARNESS_IN_ZYGOTE = "/files/judge_harness.py"
 HARNESS_IN_JAIL = "/tmp/judge_harness.py"
 ENVIRONMENT = {}  # the policy's, from the zygote's own (the bench starts it with that one)
 SPLIT = False  # argv[5] == "split": each harness jail writes its CPU split to stderr
 
 
-def check(rc, what):
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
+def lines(s):
+    """The comparison of bench_code.py's naive run: stripped lines."""
+    return [x.strip() for x in s.strip().split("\n")]
 
-
-def mount(src, dst, fstype, flags, data=None):
-    check(libc.mount(src.encode(), dst.encode(), fstype.encode() if fstype else None,
-                     ctypes.c_ulong(flags), data.encode() if data else None), f"mount {dst}")
-
-
-class SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-
-class CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
-
-
-def drop_capabilities():
-    for cap in range(CAP_LAST + 1):
-        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL for caps this kernel lacks
-    check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "ambient caps")
-    data = (CapData * 2)()
-    check(libc.capset(ctypes.byref(CapHeader(0x20080522, 0)), data), "capset")
+def run_test(code, text):
+    """In a jail's PID 1: fork one test's process, feed its stdin, return its stdout (None when
+    it failed). bench_jail_floor.py's floor modes use it too."""
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.dup2(in_r, 0)
+            os.dup2(out_w, 1)
+            for fd in (in_r, in_w, out_r, out_w):
+                os.close(fd)
+            sys.stdin = open(0, closefd=False)
+            sys.stdout = open(1, "w", closefd=False)
+            exec(code, {"__name__": "__main__"})
+            sys.stdout.flush()
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    os.close(in_r)
+    os.close(out_w)
+    os.write(in_w, text.encode())
+    os.close(in_w)
+    chunks = []
+    while chunk := os.read(out_r, 65536):
+        chunks.append(chunk)
+    os.close(out_r)
+    _, status = os.waitpid(pid, 0)
+    return b"".join(chunks) if os.waitstatus_to_exitcode(status) == 0 else None
 
 
 def main():
@@ -135,37 +159,6 @@ def main():
     check(libc.umount2(b"/old", 2), "umount old root")  # MNT_DETACH
     os.rmdir("/old")
     mount("none", "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-
-    def lines(s):
-        return [x.strip() for x in s.strip().split("\n")]
-
-    def run_test(code, text):
-        in_r, in_w = os.pipe()
-        out_r, out_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.dup2(in_r, 0)
-                os.dup2(out_w, 1)
-                for fd in (in_r, in_w, out_r, out_w):
-                    os.close(fd)
-                sys.stdin = open(0, closefd=False)
-                sys.stdout = open(1, "w", closefd=False)
-                exec(code, {"__name__": "__main__"})
-                sys.stdout.flush()
-                os._exit(0)
-            except BaseException:
-                os._exit(1)
-        os.close(in_r)
-        os.close(out_w)
-        os.write(in_w, text.encode())
-        os.close(in_w)
-        chunks = []
-        while chunk := os.read(out_r, 65536):
-            chunks.append(chunk)
-        os.close(out_r)
-        _, status = os.waitpid(pid, 0)
-        return b"".join(chunks) if os.waitstatus_to_exitcode(status) == 0 else None
 
     def enter_limits(lim):
         for name, value in ((resource.RLIMIT_AS, lim["memory_mb"] << 20),

@@ -109,6 +109,14 @@ def bind_ro(src, dst):
     mount(src, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
+def drop_capabilities():
+    """Every capability: the bounding set, ambient, effective, permitted, inheritable."""
+    for cap in range(CAP_LAST + 1):
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL for caps the kernel lacks
+    check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "ambient caps")
+    check(libc.capset(ctypes.byref(CapHeader(0x20080522, 0)), (CapData * 2)()), "capset")
+
+
 def write_at(dir_fd, name, value):
     fd = os.open(name, os.O_WRONLY, dir_fd=dir_fd)
     try:
@@ -375,10 +383,7 @@ class Zygote:
         os.chdir(self.cfg["cwd"])
         os.environ.clear()
         os.environ.update(self.env)
-        for cap in range(CAP_LAST + 1):
-            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL for caps the kernel lacks
-        check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "ambient caps")
-        check(libc.capset(ctypes.byref(CapHeader(0x20080522, 0)), (CapData * 2)()), "capset")
+        drop_capabilities()
         check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
         check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(self.prog), 0, 0),
               "seccomp")
