@@ -273,7 +273,13 @@ class Zygote:
         name = f"NSJAIL.{pid}"
         try:
             for fd, files in self.cgroups.values():
-                os.mkdir(name, dir_fd=fd)
+                try:
+                    os.mkdir(name, dir_fd=fd)
+                except FileExistsError:  # an earlier child's of the same pid, not yet removed
+                    os.rmdir(name, dir_fd=fd)  # empty, or this run fails (OSError below)
+                    os.mkdir(name, dir_fd=fd)
+                    if name in self.stale:  # now this run's: not to be removed under it
+                        self.stale.remove(name)
                 self.pending[pid] = name
                 for f, template in files.items():
                     write_at(fd, f"{name}/{f}", template.format(**req["cgroup"]))
