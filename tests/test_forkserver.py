@@ -260,3 +260,4 @@ def test_a_killed_verifier_leaves_no_jail():
     finally:
         proc.kill()
         proc.wait()
+
