@@ -184,14 +184,17 @@ def test_no_cgroup_is_left(forkserver_sandbox):
     parents = [c["parent"] for c in cgroup_files(sb._cgroup_args).values()]
     assert parents or sb.cgroup_mode == "off"
 
-    def jail_cgroups() -> set[str]:
-        return {f"{p}/{n}" for p in parents for n in os.listdir(p) if n.startswith("NSJAIL.")}
+    def dead_jail_cgroups() -> set[str]:
+        """NSJAIL.<pid> cgroups whose process is gone (another verifier's running jails on
+        this machine have live pids)."""
+        return {f"{p}/{n}" for p in parents for n in os.listdir(p)
+                if n.startswith("NSJAIL.") and not os.path.exists(f"/proc/{n.split('.')[1]}")}
 
-    before = jail_cgroups()
+    before = dead_jail_cgroups()
     for _ in range(5):
         assert judge(sb, SUM_OK, SUM_GT).status is Status.CORRECT
     deadline = time.monotonic() + 5
-    while (left := jail_cgroups() - before) and time.monotonic() < deadline:
+    while (left := dead_jail_cgroups() - before) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left
 
