@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import logging
 import os
 import re
 import resource
@@ -42,9 +41,9 @@ from .base import (
     policy_environment,
     policy_rlimits,
 )
-from .process import OutputSink, ProcessOutcome, output_stop
-
-log = logging.getLogger(__name__)
+# EXIT_GRACE_S: after the jail's end is reported, how long its pipes may still deliver (the same
+# grace process.drive_process gives a process that exited).
+from .process import EXIT_GRACE_S, OutputSink, ProcessOutcome, output_stop
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 PID_WAIT_S = 5.0
@@ -52,8 +51,6 @@ PID_WAIT_S = 5.0
 is ours, and quick: this bounds a zygote that stopped answering)."""
 END_WAIT_S = 10.0
 """After the jail is killed, how long its report of the end may take."""
-EXIT_GRACE_S = 0.5
-"""After the jail's end is reported, how long its pipes may still deliver what it wrote."""
 
 _PTRACE_SEIZE, _PTRACE_INTERRUPT, _PTRACE_DETACH = 0x4206, 0x4207, 17
 _PTRACE_SECCOMP_GET_FILTER = 0x420C
