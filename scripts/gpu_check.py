@@ -40,6 +40,7 @@ import dataclasses
 import datetime as _dt
 import gc
 import importlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -315,9 +316,16 @@ def phase_install(ctx: Context) -> dict[str, Any]:
     if not wheels.is_dir():
         raise CheckFailed(f"--wheels {wheels} is not a directory", {"missing": missing})
     constraints = ctx.work / "constraints.txt"
-    constraints.write_text(f"torch=={torch.__version__}\n")
+    # The installed distribution's version, not torch.__version__: a CUDA image's torch can say
+    # "2.11.0+cu130" while its metadata says "2.11.0", and pip, which resolves against the
+    # metadata, then finds no torch to satisfy the pin (seen on the H200, 2026-11-26).
+    constraints.write_text(f"torch=={importlib.metadata.version('torch')}\n")
+    # torch's stack is the machine's; setuptools and wheel are the project's build backend, found
+    # through --find-links by the build, not installed (the machine's torch pins setuptools<82,
+    # and installing a newer one beside it made the whole resolve fail on the H200).
     files = sorted(str(f) for f in wheels.glob("*.whl")
-                   if not f.name.lower().startswith(("torch-", "nvidia_", "triton-")))
+                   if not f.name.lower().startswith(("torch-", "nvidia_", "triton-",
+                                                     "setuptools-", "wheel-")))
     data: dict[str, Any] = {"wheels": [Path(f).name for f in files], "missing_before": missing,
                             "torch_before": torch.__version__, "steps": []}
     find = ["--find-links", str(wheels)]
@@ -436,6 +444,9 @@ def phase_numerics(ctx: Context) -> dict[str, Any]:
             "batch": "tests/ds_worker.py make_batch (8 rows), one mini-batch, micro-batch 3",
             "optimizer": "tests.ds_worker.LINEAR (eps-dominated AdamW: the step is the gradient)",
             "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+            "compile": ("BackendConfig.compile='auto': the CUDA updates ran compiled (and with "
+                        "the fused AdamW), the CPU ones not") if ctx.cuda else
+                       "BackendConfig.compile='auto': off on the CPU",
             "checks": checks}
     if problems:
         raise CheckFailed("; ".join(problems), data)
@@ -468,11 +479,17 @@ def _bench_configs(ctx: Context) -> list[tuple[str, Any]]:
 
     dtype = "bfloat16" if ctx.cuda else "float32"
     out = []
-    for kind, stage in (("torch", 0), ("deepspeed", 2), ("deepspeed", 3)):
+    # torch with compile off and, on CUDA, on (BackendConfig.compile; 'auto' picks on for
+    # CUDA). Not on the CPU: ~25 s of compilation per row for a smoke test, and the compiled
+    # path's CPU equality is tests/test_backends_compile.py's. deepspeed never compiles.
+    torch_modes = ("off", "on") if ctx.cuda else ("off",)
+    for kind, stage, compile_ in (*(("torch", 0, m) for m in torch_modes),
+                                  ("deepspeed", 2, "off"), ("deepspeed", 3, "off")):
         for ckpt in (False, True):
-            name = ("torch" if kind == "torch" else f"zero{stage}") + (" +gc" if ckpt else "")
+            name = (("torch" + (" +compile" if compile_ == "on" else "")) if kind == "torch"
+                    else f"zero{stage}") + (" +gc" if ckpt else "")
             out.append((name, BackendConfig(kind=kind, zero_stage=stage, dtype=dtype,
-                                            gradient_checkpointing=ckpt)))
+                                            gradient_checkpointing=ckpt, compile=compile_)))
     return out
 
 

@@ -45,13 +45,13 @@ def test_chunking_does_not_change_values(chunk_size):
 
 def test_only_one_chunk_is_upcast_at_a_time(monkeypatch):
     seen = []
-    real = magic._entropy_rows
+    real = magic.entropy_rows
 
     def spy(chunk):
         seen.append((tuple(chunk.shape), chunk.dtype))
         return real(chunk)
 
-    monkeypatch.setattr(magic, "_entropy_rows", spy)
+    monkeypatch.setattr(magic, "entropy_rows", spy)
     logits = torch.randn(2, 10, 32).to(torch.bfloat16)  # [B, T, V]
     out = token_entropy(logits, chunk_size=4)
     # 20 positions -> chunks of 4, 4, 4, 4, 4; each arrives in bf16 (upcast inside)

@@ -408,7 +408,7 @@ def policy_loss(
 # Entropy
 # ---------------------------------------------------------------------------------------------
 
-def _entropy_rows(logits: torch.Tensor) -> torch.Tensor:
+def entropy_rows(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of softmax over the last dim, ``logsumexp(x) - sum softmax(x) * x``. [n, V]->[n].
 
     Upcasts this chunk only (to float32 at least); -inf logits (banned tokens) are replaced by
@@ -450,10 +450,10 @@ def token_entropy(logits: torch.Tensor, chunk_size: int = 1024, *,
     for start in range(0, flat.shape[0], chunk_size):
         chunk = flat[start:start + chunk_size]  # [c, V]
         if checkpoint:
-            parts.append(torch.utils.checkpoint.checkpoint(_entropy_rows, chunk,
+            parts.append(torch.utils.checkpoint.checkpoint(entropy_rows, chunk,
                                                            use_reentrant=False))
         else:
-            parts.append(_entropy_rows(chunk))
+            parts.append(entropy_rows(chunk))
     out_dtype = torch.promote_types(logits.dtype, torch.float32)
     if not parts:
         return torch.zeros(lead, dtype=out_dtype, device=logits.device)

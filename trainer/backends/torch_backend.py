@@ -18,13 +18,14 @@ from . import BackendConfig, OptimizerConfig, check_model_path
 from .common import (
     PolicyBackendBase,
     SplitForward,
-    adamw_kwargs,
+    compile_decoder_layers,
     enable_gradient_checkpointing,
     load_causal_lm,
     load_frozen_reference,
     load_hf_weights_into,
     logits_forward,
     split_causal_lm,
+    torch_adamw,
 )
 from .reference_memory import check_reference_memory
 
@@ -73,9 +74,14 @@ class TorchBackend(PolicyBackendBase):
         self.has_reference = self.reference is not None
         if config.gradient_checkpointing:
             enable_gradient_checkpointing(self.model)
+        # BackendConfig.compile: 'auto' compiles on CUDA only. The reference policy is not
+        # compiled (it runs once per micro-batch under no_grad, and only with a KL loss).
+        self.compiled = (config.compile == "on"
+                         or (config.compile == "auto" and self.device.type == "cuda"))
+        if self.compiled:
+            compile_decoder_layers(self.model)
         self.model.eval()
-        self.optimizer = torch.optim.AdamW(self._trainable(),
-                                           **adamw_kwargs(self.optimizer_config))
+        self.optimizer = torch_adamw(self._trainable(), self.optimizer_config, self.device)
         # The decoder and the output layer apart: the output layer then runs only on the
         # response positions (trainer.backends.common.token_stats).
         self._split = (split_causal_lm(self.model, self._autocast)
