@@ -289,10 +289,12 @@ class Zygote:
     def __init__(self, python: str, root: str, bpf_path: str, uid: int = OUTSIDE_UID,
                  harness: str = "", split: bool = False, binds: tuple = ()) -> None:
         from sandbox.base import policy_environment
+        from sandbox.forkserver import build_jailsys
 
         self.uid = uid
         cfg = {"root": root, "cgroup_root": "jail-floor-bench", "bpf": bpf_path,
-               "harness": harness, "split": split, "binds": list(binds)}
+               "harness": harness, "split": split, "binds": list(binds),
+               "jailsys": build_jailsys(python, os.path.dirname(root))}
         self.proc = subprocess.Popen(
             [python, "-I", "-S", str(Path(__file__).with_name("jail_floor_zygote.py")),
              json.dumps(cfg)],

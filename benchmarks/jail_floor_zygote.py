@@ -26,11 +26,11 @@ the jail's exit code, a line on stdout), in a forked child:
 The child's exit code is the verdict (0 right, 1 wrong); the parent removes the cgroups.
 """
 
-import ctypes
 import json
 import marshal
 import os
 import resource
+import socket
 import sys
 
 # The jail's steps are the forkserver's own (sandbox/zygote.py, stdlib only like this file).
@@ -51,15 +51,9 @@ from zygote import (  # noqa: E402
     MS_RDONLY,
     MS_REC,
     MS_REMOUNT,
-    PR_SET_DUMPABLE,
-    PR_SET_NO_NEW_PRIVS,
-    PR_SET_SECCOMP,
     SANDBOX_ID,
-    SECCOMP_MODE_FILTER,
-    SockFprog,
-    check,
-    drop_capabilities,
-    libc,
+    enter_seccomp,
+    load_jailsys,
     mount,
 )
 
@@ -112,8 +106,7 @@ def main():
     SPLIT = cfg.get("split", False)
     ENVIRONMENT.update(os.environ)
     bpf = open(filter_path, "rb").read()
-    bpf_buf = ctypes.create_string_buffer(bpf, len(bpf))
-    prog = SockFprog(len(bpf) // 8, ctypes.addressof(bpf_buf))
+    js = load_jailsys(cfg["jailsys"])
     proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
     cg_fds = {c: os.open(f"/sys/fs/cgroup/{c}/{cg_root}", os.O_RDONLY | os.O_DIRECTORY)
               for c in ("memory", "pids", "cpu")}
@@ -121,7 +114,7 @@ def main():
                             "memory.memsw.limit_in_bytes": str(576 << 20)},
                  "pids": {"pids.max": "32"},
                  "cpu": {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "100000"}}
-    check(libc.unshare(CLONE_NEWNS), "unshare mount")
+    js.unshare(CLONE_NEWNS)
     mount("none", "/", None, MS_REC | MS_PRIVATE)
     mount("none", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=64")
     for d in ("/usr", "/lib", "/lib64", "/bin", "/tmp", "/dev"):
@@ -154,9 +147,9 @@ def main():
         del code, source
     # pivot_root, not chroot: a chrooted process may not make a user namespace.
     os.mkdir(root + "/old")
-    check(libc.syscall(155, root.encode(), (root + "/old").encode()), "pivot_root")  # SYS_pivot_root
+    js.pivot_root(root, root + "/old")
     os.chdir("/")
-    check(libc.umount2(b"/old", 2), "umount old root")  # MNT_DETACH
+    js.umount2("/old", 2)  # MNT_DETACH
     os.rmdir("/old")
     mount("none", "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
@@ -172,9 +165,7 @@ def main():
                             (resource.RLIMIT_STACK, resource.getrlimit(resource.RLIMIT_STACK)[0])):
             resource.setrlimit(name, (value, value))
         os.chdir("/tmp")
-        drop_capabilities()
-        check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-        check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
+        enter_seccomp(bpf)
 
     def compare_tests(sample):
         code = compile(sample["program"], "<program>", "exec")
@@ -280,15 +271,15 @@ def main():
                 os.setresuid(uid, uid, uid)
                 # A uid change makes the process undumpable: its /proc files turn root's and it
                 # could not write its own uid_map.
-                check(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")
-                check(libc.unshare(CLONE_NEWUSER), "unshare user")
+                js.set_dumpable(True)
+                js.unshare(CLONE_NEWUSER)
                 for f, v in (("setgroups", "deny"), ("uid_map", f"{SANDBOX_ID} {uid} 1"),
                              ("gid_map", f"{SANDBOX_ID} {uid} 1")):
                     wfd = os.open(f"self/{f}", os.O_WRONLY, dir_fd=proc_fd)
                     os.write(wfd, v.encode())
                     os.close(wfd)
-                check(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC
-                                   | CLONE_NEWUTS | CLONE_NEWCGROUP), "unshare")
+                js.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC
+                           | CLONE_NEWUTS | CLONE_NEWCGROUP)
                 mount("none", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
                       f"size={lim['scratch_mb'] << 20},nr_inodes={lim['scratch_files']}")
                 if harness:
@@ -296,7 +287,7 @@ def main():
                     mount(HARNESS_IN_ZYGOTE, HARNESS_IN_JAIL, None, MS_BIND)
                     mount(HARNESS_IN_ZYGOTE, HARNESS_IN_JAIL, None,
                           MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-                check(libc.sethostname(b"sandbox", 7), "hostname")
+                socket.sethostname("sandbox")
                 in_r = in_w = out_r = out_w = -1
                 if piped:
                     in_r, in_w = os.pipe()

@@ -27,7 +27,8 @@ windows compare. Traffic starts ``--warmup-s`` before the clock: the first windo
 the pipeline full (warm-up results are checked, not windowed).
 
 Sampled every ``--sample-s``: per replica, RSS, fds, threads and processes of the server's own
-tree (jails excluded, counted as sandboxes); /dev/shm entries and bytes, scratch entries,
+tree (jails excluded: nsjail processes, or the forkserver zygote's children; counted as
+sandboxes); /dev/shm entries and bytes, scratch entries,
 orphans (processes with this run's tag in their environment whose parent has not), the
 client's outstanding items, latency, load average. Each role has its own TMPDIR, shared by its
 incarnations as a pod's /tmp volume is across restarts (a new incarnation may sweep what a
@@ -264,8 +265,16 @@ class Replica:
         procs = [root] + _safe(lambda: root.children(recursive=True), []) if root else []
         if not procs:
             return {"alive": False}
+        # A jail is an nsjail process, or (--forkserver) a child of the zygote: the zygote
+        # forks one per run, and the jail's processes are its children. The zygote itself is
+        # the server's own (long-lived: a leak there counts), its runs are not (their fds and
+        # memory come and go with the load, and were counted as the server's before this).
         nsjails = [p for p in procs if _safe(p.name, "") == "nsjail"]
-        jailed = {q.pid for j in nsjails for q in [j] + _safe(lambda: j.children(True), [])}
+        zygotes = [p for p in procs
+                   if any(a.endswith("zygote.py") for a in _safe(p.cmdline, []))]
+        forked = [c for z in zygotes for c in _safe(lambda: z.children(), [])]  # noqa: B023
+        jails = nsjails + forked
+        jailed = {q.pid for j in jails for q in [j] + _safe(lambda: j.children(True), [])}
         own = [p for p in procs if p.pid not in jailed]
 
         def total(f) -> float:
@@ -289,7 +298,7 @@ class Replica:
                 pss += mem.pss / 2**20
         return {"alive": True, "rss_mb": sum(by_kind.values()), "pss_mb": pss,
                 "fds": total(lambda p: p.num_fds()), "threads": total(lambda p: p.num_threads()),
-                "procs": len(own), "sandboxes": len(nsjails),
+                "procs": len(own), "sandboxes": len(jails),
                 "rss_mb_by_kind": {k: by_kind.get(k, 0.0) for k in PROCESS_KINDS},
                 "uss_mb_by_kind": {k: uss_by_kind.get(k, 0.0) for k in PROCESS_KINDS},
                 "procs_by_kind": {k: n_by_kind.get(k, 0) for k in PROCESS_KINDS}}

@@ -16,11 +16,13 @@ then the jail is killed through the pidfd (killing a PID namespace's init kills 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
 import re
 import resource
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -46,11 +48,15 @@ from .base import (
 from .process import EXIT_GRACE_S, OutputSink, ProcessOutcome, output_stop
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
+JAILSYS_SOURCE = Path(__file__).with_name("jailsys.c")
 PID_WAIT_S = 5.0
 """After its deadline, how long a run may still take to report its jail's pid (the jail's set-up
 is ours, and quick: this bounds a zygote that stopped answering)."""
 END_WAIT_S = 10.0
 """After the jail is killed, how long its report of the end may take."""
+ZYGOTE_REAP_S = 3.0
+"""When the verifier closes its channel, how long the zygote waits for the jails it kills to
+end, removing their cgroups, before it exits."""
 
 _PTRACE_SEIZE, _PTRACE_INTERRUPT, _PTRACE_DETACH = 0x4206, 0x4207, 17
 _PTRACE_SECCOMP_GET_FILTER = 0x420C
@@ -175,11 +181,12 @@ class WarmEntry:
 
 
 def zygote_config(policy: str | os.PathLike, extra_ro: list[tuple[str, str]], *,
-                  files_dir: str, harness: str, seccomp: bytes, cgroup_args: list[str]) -> dict:
+                  files_dir: str, harness: str, seccomp: bytes, cgroup_args: list[str],
+                  jailsys: str) -> dict:
     """The zygote's configuration (sandbox/zygote.py), all of it from the policy file, the
     sandbox's own read-only directories (``extra_ro``: the interpreter's prefix, the packages),
     its staged input files and harness source, nsjail's seccomp filter and nsjail's cgroup
-    arguments (empty: no cgroups)."""
+    arguments (empty: no cgroups), and its system-call module (:func:`build_jailsys`)."""
     mounts = policy_mounts(policy)
     rlimits = dict(policy_rlimits(policy))
     # The policy's rlimit_stack_type SOFT: nsjail sets both limits to its own soft one.
@@ -197,6 +204,8 @@ def zygote_config(policy: str | os.PathLike, extra_ro: list[tuple[str, str]], *,
         "rlimits": rlimits,
         "hostname": scalars.get("hostname", "sandbox"),
         "cwd": scalars.get("cwd", "/tmp"),
+        "jailsys": jailsys,
+        "reap_s": ZYGOTE_REAP_S,
     }
 
 
@@ -246,6 +255,71 @@ def run_result(out: ProcessOutcome, lim: SandboxLimits,
         res.signal = -out.returncode
         res.status, res.detail = signal_status(res.signal, out.cpu_s, lim)
     return res
+
+
+_JAILSYS_BUILT: dict[tuple[str, str], tuple[str, bytes]] = {}
+"""(interpreter, source digest) -> (extension suffix, the built module's bytes)."""
+_JAILSYS_LOCK = threading.Lock()
+
+
+def build_jailsys(python: str, out_dir: str) -> str:
+    """The zygote's system-call module (sandbox/jailsys.c) for the jails' interpreter
+    ``python``, written into ``out_dir`` (the sandbox's files directory, swept with it, also
+    after a SIGKILL: a 60-minute soak found a directory of its own left by every killed
+    replica). Returns its path. Compiled once per process and interpreter (about 0.3 s; later
+    calls write the same bytes), with the system's C compiler (``$CC``, else ``cc`` or ``gcc``)
+    against that interpreter's own headers. Raises OSError naming what is missing (no
+    compiler, no Python.h: the zygote has no other way to make its system calls; ctypes is not
+    one, sandbox/README.md "The forkserver")."""
+    source = JAILSYS_SOURCE.read_bytes()
+    key = (python, hashlib.sha256(source).hexdigest())
+    with _JAILSYS_LOCK:
+        if key not in _JAILSYS_BUILT:
+            _JAILSYS_BUILT[key] = _compile_jailsys(python, out_dir)
+        suffix, data = _JAILSYS_BUILT[key]
+    out = os.path.join(out_dir, "_jailsys" + suffix)
+    with open(out + ".part", "wb") as f:
+        f.write(data)
+    os.replace(out + ".part", out)  # a zygote restarting now loads a whole file
+    return out
+
+
+def _compile_jailsys(python: str, out_dir: str) -> tuple[str, bytes]:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise OSError("no C compiler (cc or gcc; apt install gcc) to build the forkserver's "
+                      "system-call module sandbox/jailsys.c")
+    try:
+        probe = subprocess.run(
+            [python, "-I", "-S", "-c", "import sysconfig; "
+             "print(sysconfig.get_paths()['include']); "
+             "print(sysconfig.get_config_var('EXT_SUFFIX'))"],
+            capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired as e:
+        raise OSError(f"{python} did not say where its headers are in 30 s") from e
+    if probe.returncode != 0:
+        raise OSError(f"cannot ask {python} for its headers: {probe.stderr.strip()[-300:]}")
+    include, suffix = probe.stdout.split()
+    if not os.path.isfile(os.path.join(include, "Python.h")):
+        raise OSError(f"no Python.h in {include}: the forkserver builds sandbox/jailsys.c "
+                      f"against {python}'s headers (install its -dev package)")
+    tmp = os.path.join(out_dir, f".jailsys-build-{os.getpid()}{suffix}")
+    cmd = [cc, "-shared", "-fPIC", "-O2", "-Wall", "-Werror", f"-I{include}",
+           str(JAILSYS_SOURCE), "-o", tmp]
+    try:
+        comp = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if comp.returncode != 0:
+            raise OSError(f"building sandbox/jailsys.c failed ({' '.join(cmd)}): "
+                          f"{(comp.stderr or comp.stdout).strip()[-800:]}")
+        with open(tmp, "rb") as f:
+            return suffix, f.read()
+    except subprocess.TimeoutExpired as e:
+        raise OSError(f"building sandbox/jailsys.c took over 120 s ({' '.join(cmd)})") from e
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
 
 
 class ZygoteGone(Exception):
@@ -319,13 +393,20 @@ class Forkserver:
             self._sock = None
         if self._proc is not None:
             try:
-                self._proc.wait(timeout=2)
+                # Longer than the zygote's own wait for its killed jails (ZYGOTE_REAP_S): it
+                # removes their cgroups before it exits, unless it must be killed.
+                self._proc.wait(timeout=ZYGOTE_REAP_S + 2)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
             if self._proc.stderr:
                 self._proc.stderr.close()
             self._proc = None
+            # What a killed zygote (or one whose jails took longer than it waits) left: the
+            # cgroups of jails now gone. A jail still exiting keeps its own (the next zygote's
+            # start sweeps it). A CI run found two left after a close.
+            for controller in self.config.get("cgroups", {}).values():
+                cgroups.sweep_stale(controller["parent"])
         if self._root is not None:
             try:
                 os.rmdir(self._root)  # its mounts were in the zygote's own namespace

@@ -440,9 +440,13 @@ class NsjailSandbox:
             extra_ro.append((self._packages_dir, PACKAGES_MOUNT))
         harness = self._host_file(self.warm_entry.source)  # also makes the files directory
         assert self._files_dir is not None
+        try:
+            jailsys = forkserver_mod.build_jailsys(self.python, self._files_dir.path)
+        except OSError as e:
+            raise SandboxUnavailable(f"forkserver: {e}") from e
         config = forkserver_mod.zygote_config(
             self.config, extra_ro, files_dir=self._files_dir.path, harness=harness,
-            seccomp=bpf,
+            seccomp=bpf, jailsys=jailsys,
             cgroup_args=self._cgroup_args if self._cgroup_mode != "off" else [])
         self.forkserver = forkserver_mod.Forkserver(self.python, config,
                                                     policy_environment(self.config))

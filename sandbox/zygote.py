@@ -39,9 +39,12 @@ report says why.
 """
 
 # Why the imports come in three steps: a run's PID 1 must hold the modules a freshly started
-# harness would, and no more (a program that finds ``ctypes`` already imported would import it
-# past the harness's audit hook). What the interpreter starts with, then what the harness
-# itself imports, are kept; what is imported after (the zygote's own) is dropped in each run.
+# harness would, and no more. What the interpreter starts with, then what the harness itself
+# imports, are kept; what is imported after (the zygote's own) is dropped in each run.
+# Why no ctypes: a run's PID 1 is a copy of this process, and a program can reach every module
+# this process ever loaded (frames, object.__subclasses__()). _ctypes cannot be unloaded and
+# reads and writes memory with no audit event. The system calls the standard library lacks come
+# from _jailsys (sandbox/jailsys.c): scalars in, one system call each, sealed in every jail.
 import sys
 
 for _name in ("_signal", "builtins", "fcntl", "io", "marshal", "os", "resource", "select", "time"):
@@ -54,23 +57,16 @@ import time  # noqa: E402
 HARNESS_MODULES = set(sys.modules)
 """The modules a fresh interpreter running the harness has before the harness's own code runs."""
 
-import ctypes  # noqa: E402 - the zygote's own, dropped in each run (see above)
-import json  # noqa: E402
+import json  # noqa: E402 - the zygote's own, dropped in each run (see above)
 import socket  # noqa: E402
 
-libc = ctypes.CDLL(None, use_errno=True)
-libc.syscall.restype = ctypes.c_long
+js = None
+"""The _jailsys module (:func:`load_jailsys`): the zygote's system calls."""
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
 CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 0x1, 0x2, 0x4, 0x20
 MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
 MNT_DETACH = 2
-SYS_PIVOT_ROOT = 155  # x86-64
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_CAPBSET_DROP = 1, 4, 22, 24
-PR_SET_NO_NEW_PRIVS = 38
-PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
-SECCOMP_MODE_FILTER = 2
-CAP_LAST = 63  # drop every bounding-set bit the kernel knows (EINVAL past its last)
 SANDBOX_ID = 65534
 HARNESS_IN_JAIL = "/tmp/judge_harness.py"  # its name in tracebacks; each run sets its own path
 RLIMITS = {  # the per-run ones come with each request; these are the policy file's (bytes, counts)
@@ -80,28 +76,22 @@ RLIMITS = {  # the per-run ones come with each request; these are the policy fil
 }
 
 
-class SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+def load_jailsys(path):
+    """Load the built _jailsys extension (sandbox/forkserver.py build_jailsys) from ``path``
+    as :data:`js`."""
+    global js
+    from importlib.machinery import ExtensionFileLoader
+    from importlib.util import module_from_spec, spec_from_file_location
 
-
-class CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
-
-
-def check(rc, what):
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
+    loader = ExtensionFileLoader("_jailsys", path)
+    module = module_from_spec(spec_from_file_location("_jailsys", path, loader=loader))
+    loader.exec_module(module)
+    js = module
+    return module
 
 
 def mount(src, dst, fstype, flags, data=None):
-    check(libc.mount(src.encode(), dst.encode(), fstype.encode() if fstype else None,
-                     ctypes.c_ulong(flags), data.encode() if data else None), f"mount {dst}")
+    js.mount(src, dst, fstype, flags, data)
 
 
 def bind_ro(src, dst):
@@ -109,12 +99,14 @@ def bind_ro(src, dst):
     mount(src, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def drop_capabilities():
-    """Every capability: the bounding set, ambient, effective, permitted, inheritable."""
-    for cap in range(CAP_LAST + 1):
-        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL for caps the kernel lacks
-    check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "ambient caps")
-    check(libc.capset(ctypes.byref(CapHeader(0x20080522, 0)), (CapData * 2)()), "capset")
+def enter_seccomp(bpf):
+    """The end of a jail's set-up: every capability dropped (bounding, ambient, effective,
+    permitted, inheritable), ``no_new_privs``, the seccomp filter ``bpf`` loaded, and _jailsys
+    sealed (each of its calls refuses from now on, here and in every fork)."""
+    js.drop_capabilities()
+    js.set_no_new_privs()
+    js.seccomp_load(bpf)
+    js.seal()
 
 
 def write_at(dir_fd, name, value):
@@ -130,9 +122,7 @@ class Zygote:
         self.cfg = cfg
         self.env = dict(cfg["env"])
         self.fixed_rlimits = {RLIMITS[k]: v for k, v in cfg["rlimits"].items()}
-        bpf = bytes.fromhex(cfg["seccomp"])
-        self._bpf = ctypes.create_string_buffer(bpf, len(bpf))
-        self.prog = SockFprog(len(bpf) // 8, ctypes.addressof(self._bpf))
+        self.bpf = bytes.fromhex(cfg["seccomp"])
         self.proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         # The verifier's staged input files (never mounted into the root: a jail of nsjail's
         # has no such directory either).
@@ -151,7 +141,7 @@ class Zygote:
 
     def _build_root(self, cfg):
         root = cfg["root"]
-        check(libc.unshare(CLONE_NEWNS), "unshare the zygote's mount namespace")
+        js.unshare(CLONE_NEWNS)  # the zygote's own mount namespace
         mount("none", "/", None, MS_REC | MS_PRIVATE)
         mount("none", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=256,mode=755")
         for src, dst in cfg["ro"]:
@@ -181,10 +171,9 @@ class Zygote:
             self.keep_modules = HARNESS_MODULES | (set(sys.modules) - before)
         # pivot_root, not chroot: a chrooted process may not make a user namespace.
         os.mkdir(root + "/.old")
-        check(libc.syscall(SYS_PIVOT_ROOT, root.encode(), (root + "/.old").encode()),
-              "pivot_root")
+        js.pivot_root(root, root + "/.old")
         os.chdir("/")
-        check(libc.umount2(b"/.old", MNT_DETACH), "unmount the old root")
+        js.umount2("/.old", MNT_DETACH)
         os.rmdir("/.old")
         mount("none", "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
@@ -207,7 +196,7 @@ class Zygote:
                             os.kill(pid, 9)  # its jail dies with it (die_with_parent)
                         except OSError:
                             pass
-                    deadline = time.monotonic() + 3
+                    deadline = time.monotonic() + float(self.cfg["reap_s"])
                     while (self.pending or self.stale) and time.monotonic() < deadline:
                         time.sleep(0.01)
                         self.reap()  # their cgroups go with them
@@ -296,7 +285,7 @@ class Zygote:
         """SIGKILL when the parent dies, then a check that it has not died already: its pid
         is still our parent's, or (from a new PID namespace, where the parent has no pid) it
         wrote on ``alive_fd`` after the fork."""
-        check(libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0), "pdeathsig")
+        js.set_pdeathsig(9)
         if (os.read(alive_fd, 1) != b"a") if alive_fd >= 0 else (os.getppid() != parent):
             os._exit(72)
         if alive_fd >= 0:
@@ -316,14 +305,14 @@ class Zygote:
         self.die_with_parent(self.zygote_pid)
         # A uid change makes a process undumpable, its /proc files root's: it could not write
         # its own uid_map. Undumpable again right after.
-        check(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")
-        check(libc.unshare(CLONE_NEWUSER), "unshare the user namespace")
+        js.set_dumpable(True)
+        js.unshare(CLONE_NEWUSER)
         for f, v in (("setgroups", "deny"), ("uid_map", f"{SANDBOX_ID} {uid} 1"),
                      ("gid_map", f"{SANDBOX_ID} {uid} 1")):
             write_at(self.proc_fd, f"self/{f}", v)
-        check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "undumpable")
-        check(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC
-                           | CLONE_NEWUTS | CLONE_NEWCGROUP), "unshare the namespaces")
+        js.set_dumpable(False)
+        js.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+                   | CLONE_NEWCGROUP)
         lim = req["limits"]
         mount("none", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
               f"size={lim['scratch_bytes']},nr_inodes={lim['scratch_files']}")
@@ -337,8 +326,7 @@ class Zygote:
                     out.write(chunk)
             os.chmod(f"/tmp/{dst}", 0o444)
             bind_ro(f"/tmp/{dst}", f"/tmp/{dst}")
-        check(libc.sethostname(self.cfg["hostname"].encode(), len(self.cfg["hostname"])),
-              "hostname")
+        socket.sethostname(self.cfg["hostname"])
         alive_r, alive_w = os.pipe()
         jail = os.fork()  # PID 1 of the new PID namespace
         if jail == 0:
@@ -389,10 +377,7 @@ class Zygote:
         os.chdir(self.cfg["cwd"])
         os.environ.clear()
         os.environ.update(self.env)
-        drop_capabilities()
-        check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-        check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(self.prog), 0, 0),
-              "seccomp")
+        enter_seccomp(self.bpf)
         argv = req.get("argv")
         if argv:
             os.execve(argv[0], argv, self.env)
@@ -403,8 +388,9 @@ class Zygote:
         """Make this process what a fresh interpreter running the harness as
         ``python3 -I -S <entry>`` would be, as far as a program can tell: the harness as
         ``__main__``, its modules and no others, its argv; nothing of the zygote's reachable
-        but through the garbage collector (whose ctypes objects the harness's audit hook makes
-        useless: every ctypes call is an audit event it refuses). Returns its ``main``."""
+        but through the garbage collector: the zygote's own modules' objects, of which only the
+        sealed _jailsys makes system calls, and no more than ``os`` does. Returns its
+        ``main``."""
         module, harness, keep = self.harness_module, self.harness, self.keep_modules
         for name in set(sys.modules) - keep:
             del sys.modules[name]
@@ -418,7 +404,7 @@ class Zygote:
         # Its --program processes exec the run's own copy of it, bound at /tmp/<entry>.
         harness["HARNESS_PATH"] = f"/tmp/{entry}"
         self.__dict__.clear()
-        globals().pop("libc", None)
+        globals().pop("js", None)
         import gc
 
         gc.collect()
@@ -444,6 +430,7 @@ def _send(fd, obj):
 
 def main():
     cfg = json.loads(sys.argv[2])
+    load_jailsys(cfg["jailsys"])
     sock = socket.socket(fileno=int(sys.argv[1]))
     Zygote(cfg).serve(sock)
 

@@ -10,6 +10,11 @@ cd "$(dirname "$0")/.."
 APT_PKGS=()
 ldconfig -p | grep -q 'libnl-route-3.so.200' || APT_PKGS+=(libnl-route-3-200)
 [ -x /usr/bin/python3 ] || APT_PKGS+=(python3-minimal)
+# The forkserver (verifier serve --forkserver) builds its system-call module, sandbox/jailsys.c,
+# for that python3 at start: a C compiler, the libc and kernel headers, and its Python.h.
+command -v cc >/dev/null || APT_PKGS+=(gcc libc6-dev)
+[ -f "$(/usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)/Python.h" ] \
+  || APT_PKGS+=(python3-dev)
 # Node.js and npm: the tests call the verifier from a non-Python gRPC client (@grpc/grpc-js).
 command -v node >/dev/null || APT_PKGS+=(nodejs)
 command -v npm >/dev/null || APT_PKGS+=(npm)

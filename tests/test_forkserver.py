@@ -93,6 +93,109 @@ def test_a_program_sees_a_fresh_harness_process(forkserver_sandbox, nsjail_sandb
     assert o.status is Status.RUNTIME_ERROR and "ImportError" in o.detail, o
 
 
+# A program that looks for what the zygote left in its memory: ctypes's types among every
+# class (object.__subclasses__(), recursively), ctypes or _jailsys modules among every object
+# the garbage collector tracks and in every frame's globals up the stack; a _jailsys it finds
+# must refuse every call. It prints the square only when it finds nothing usable.
+ZYGOTE_PROBE = r"""
+import gc, sys
+found = []
+seen, stack = set(), [object]
+while stack:
+    c = stack.pop()
+    if id(c) in seen:
+        continue
+    seen.add(id(c))
+    if "ctypes" in (getattr(c, "__module__", "") or ""):
+        found.append("type " + c.__module__ + "." + c.__name__)
+    try:
+        stack.extend(type.__subclasses__(c))
+    except TypeError:
+        pass
+calls = (("unshare", (0,)), ("set_pdeathsig", (0,)), ("set_dumpable", (True,)),
+         ("drop_capabilities", ()), ("set_no_new_privs", ()), ("umount2", ("/tmp", 2)))
+def look(o, where):
+    name = getattr(o, "__name__", "")
+    if type(o) is not type(sys) or name not in ("ctypes", "_ctypes", "_jailsys"):
+        return
+    if name != "_jailsys":
+        found.append(where + " module " + name)
+        return
+    for fn, args in calls:
+        try:
+            getattr(o, fn)(*args)
+            found.append(where + " _jailsys." + fn + " ran")
+        except PermissionError:
+            pass
+for o in gc.get_objects():
+    look(o, "gc")
+try:
+    f = sys._getframe()
+except Exception:
+    f = None
+while f is not None:
+    for v in list(f.f_globals.values()) + list(f.f_locals.values()):
+        look(v, "frame")
+    f = f.f_back
+if found:
+    raise SystemExit("found: " + ", ".join(sorted(set(found))[:6]))
+print(int(input()) ** 2)
+"""
+
+
+def test_a_program_finds_nothing_of_the_zygotes_machinery(forkserver_sandbox, nsjail_sandbox):
+    """The weakness of the first forkserver (a program reached the zygote's ctypes through
+    stack frames or ``object.__subclasses__()``, and read and wrote its process's memory) is
+    gone: the zygote never loads ctypes, and the one module of its own that makes system
+    calls, _jailsys, is sealed in every jail (each call raises PermissionError). The same probe
+    passes in a fresh nsjail jail."""
+    for sb in (nsjail_sandbox, forkserver_sandbox):
+        o = judge(sb, ZYGOTE_PROBE)
+        assert o.status is Status.CORRECT, (sb.describe(), o)
+
+
+def test_jailsys_refuses_every_call_once_sealed_and_in_its_forks(tmp_path):
+    """sandbox/jailsys.c on its own (no root): before seal() a harmless call works; after it,
+    every call refuses, in the process and in a child forked after; is_sealed says so."""
+    import subprocess
+    import sys
+
+    from sandbox.forkserver import build_jailsys
+
+    path = build_jailsys(sys.executable, str(tmp_path))
+    assert os.listdir(tmp_path) == [os.path.basename(path)]  # the build leaves nothing else
+    code = f"""
+import os, sys
+sys.path.insert(0, {str(PROJECT_ROOT / "sandbox")!r})
+import zygote
+js = zygote.load_jailsys({path!r})
+js.set_dumpable(True)  # allowed to anyone, before the seal
+assert not js.is_sealed()
+js.seal()
+refused = 0
+for fn, args in (("set_dumpable", (True,)), ("unshare", (0,)), ("set_pdeathsig", (9,)),
+                 ("mount", (None, "/x", None, 0, None)), ("umount2", ("/x", 0)),
+                 ("pivot_root", ("/a", "/b")), ("drop_capabilities", ()),
+                 ("set_no_new_privs", ()), ("seccomp_load", (bytes(8),))):
+    try:
+        getattr(js, fn)(*args)
+    except PermissionError:
+        refused += 1
+pid = os.fork()
+if pid == 0:
+    try:
+        js.set_dumpable(True)
+        os._exit(1)
+    except PermissionError:
+        os._exit(0)
+_, status = os.waitpid(pid, 0)
+print(refused, js.is_sealed(), os.waitstatus_to_exitcode(status))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.split() == ["9", "True", "0"], out.stderr[-2000:]
+
+
 def test_a_sample_sees_nothing_of_the_one_before(forkserver_sandbox):
     """Sample 1 leaves a file in its scratch, a process that called setsid, and an environment
     variable; sample 2 (the next fork of the same zygote) finds none of them."""
@@ -184,19 +287,45 @@ def test_no_cgroup_is_left(forkserver_sandbox):
     parents = [c["parent"] for c in cgroup_files(sb._cgroup_args).values()]
     assert parents or sb.cgroup_mode == "off"
 
-    def dead_jail_cgroups() -> set[str]:
-        """NSJAIL.<pid> cgroups whose process is gone (another verifier's running jails on
-        this machine have live pids)."""
-        return {f"{p}/{n}" for p in parents for n in os.listdir(p)
-                if n.startswith("NSJAIL.") and not os.path.exists(f"/proc/{n.split('.')[1]}")}
+    def jail_cgroups() -> set[str]:
+        return {f"{p}/{n}" for p in parents for n in os.listdir(p) if n.startswith("NSJAIL.")}
 
-    before = dead_jail_cgroups()
+    def dead(names: set[str]) -> set[str]:
+        """Those whose process is gone (another verifier's running jails have live pids)."""
+        return {n for n in names if not os.path.exists(f"/proc/{n.rsplit('.', 1)[1]}")}
+
+    # Every jail cgroup there before, live or not: one of an earlier test's jails that was
+    # still ending (a live pid then) is not this run's when it ends during it. (A CI run
+    # counted two such as this run's when only the dead ones were noted before.)
+    before = jail_cgroups()
     for _ in range(5):
         assert judge(sb, SUM_OK, SUM_GT).status is Status.CORRECT
     deadline = time.monotonic() + 5
-    while (left := dead_jail_cgroups() - before) and time.monotonic() < deadline:
+    while (left := dead(jail_cgroups() - before)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left
+
+
+def test_a_closed_forkserver_leaves_no_cgroup_of_its_killed_jails(forkserver_sandbox):
+    """Closing the sandbox while a jail runs: the zygote kills it and removes its cgroups
+    before it exits (or, killed itself, the sandbox sweeps them): none is left."""
+    sb = forkserver_sandbox
+    parents = [c["parent"] for c in cgroup_files(sb._cgroup_args).values()]
+    before = {f"{p}/{n}" for p in parents for n in os.listdir(p) if n.startswith("NSJAIL.")}
+    t = threading.Thread(target=judge, args=(sb, "import time\ntime.sleep(60)"),
+                         kwargs={"test_timeout_s": 60})
+    t.start()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not any(
+            n.startswith("NSJAIL.") and f"{p}/{n}" not in before
+            for p in parents for n in os.listdir(p)):
+        time.sleep(0.05)
+    time.sleep(0.5)
+    sb.close()
+    t.join(15)
+    assert not t.is_alive()
+    left = {f"{p}/{n}" for p in parents for n in os.listdir(p) if n.startswith("NSJAIL.")}
+    assert not left - before
 
 
 def test_the_policy_is_read_as_data():

@@ -56,9 +56,10 @@ class ScoringConfig:
     """Fork the harness's jails from a warm zygote (nsjail only; sandbox/forkserver.py)
     instead of starting nsjail and an interpreter for each sample: the same jail (a test
     checks it against nsjail's), about a quarter less CPU per sample (README "The
-    forkserver"). Off by default: a program in a forked jail can reach the zygote's ctypes
-    (its own process's memory; sandbox/README.md, "The forkserver"). It replaces the
-    pre-started jails (give no --warm-jails with it)."""
+    forkserver"). Needs a C compiler and the jail interpreter's headers at start (it builds
+    its system-call module, sandbox/jailsys.c). Off by default: the verifier image has no C
+    compiler yet (sandbox/README.md, "The forkserver"). It replaces the pre-started jails
+    (give no --warm-jails with it)."""
     math_timeout_s: float = 5.0
     """Hard wall-clock deadline for one math item, seconds, unless the item asks for another.
     5 s is far above a normal item (~10 ms) and bounds a sympy blow-up."""
