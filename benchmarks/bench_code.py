@@ -253,9 +253,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--code-concurrency", type=int, default=0,
                     help="the server's --code-concurrency (default 0: --workers)")
-    ap.add_argument("--forkserver", action="store_true",
-                    help="the server's --forkserver: the harness's jails forked from a zygote "
-                         "(give --warm-jails 0 with it)")
+    ap.add_argument("--forkserver", choices=("auto", "on", "off"), default="auto",
+                    help="the server's --forkserver (default auto: as root, the harness's jails "
+                         "forked from a zygote; off: nsjail's, pre-started)")
     ap.add_argument("--warm-jails", default="None",
                     help="the server's --warm-jails (default None: one per code slot; 0: off)")
     ap.add_argument("--subset", choices=("all", "correct", "wrong"), default="all",
@@ -285,7 +285,7 @@ def main() -> None:
         run = stream_run(items, args.workers, warmup,
                          extra_args=("--code-concurrency", str(args.code_concurrency),
                                      "--warm-jails", args.warm_jails, "--profile", args.profile,
-                                     *(["--forkserver"] if args.forkserver else [])))
+                                     "--forkserver", args.forkserver))
         if run.counts.get("CORRECT", 0) != base_correct or run.counts.get("SANDBOX_ERROR"):
             # A rate of wrong verdicts means nothing (a broken sandbox is fast).
             sys.exit(f"bench_code: the verifier's verdicts {run.counts} disagree with the naive "
@@ -303,7 +303,7 @@ def main() -> None:
     print(f"baseline  (unsandboxed, python3 per test, 2 at a time): {median(bases):7.1f} samples/s")
     print(f"candidate (verifier serve --workers {args.workers} --code-concurrency "
           f"{args.code_concurrency} --warm-jails {args.warm_jails} --profile {args.profile}"
-          f"{' --forkserver' if args.forkserver else ''}, nsjail): {median(cands):7.1f} samples/s")
+          f" --forkserver {args.forkserver}, nsjail): {median(cands):7.1f} samples/s")
     print(f"ratio candidate / baseline, median of {args.rounds}: {median(ratios):.2f}  "
           f"(goal >= {2.0 if args.workload == 'simple' else 1.0})")
     cores = os.cpu_count() or 1

@@ -2,7 +2,7 @@
 under faults, checking every verdict and watching the replicas for leaks.
 
     .venv/bin/python benchmarks/soak.py [--minutes 60] [--kill-every-s 180] [--sample-s 5] \
-        [--window-s 300] [--workers 1] [--streams 4] [--inflight 8] [--forkserver] \
+        [--window-s 300] [--workers 1] [--streams 4] [--inflight 8] [--forkserver auto|on|off] \
         [--out soak.json]
     make soak                       # the defaults: 60 minutes
 
@@ -613,8 +613,9 @@ def main(argv: list[str] | None = None) -> int:
     add("--workers", type=int, default=1, help="--workers of each replica")
     add("--grace-s", type=float, default=None,
         help="--grace-s of each replica: its drain on SIGTERM, seconds (None: the server's)")
-    add("--forkserver", action="store_true",
-        help="the replicas' --forkserver: the harness's jails forked from a zygote")
+    add("--forkserver", choices=["auto", "on", "off"], default="auto",
+        help="the replicas' --forkserver (default auto: as root, the harness's jails forked "
+             "from a zygote; off: nsjail's, pre-started)")
     add("--streams", type=int, default=4, help="concurrent client streams (threads)")
     add("--inflight", type=int, default=8, help="items outstanding per stream")
     add("--seed", type=int, default=0, help="seed of the generated items")
@@ -645,7 +646,7 @@ def soak(args: argparse.Namespace, scratch: Path) -> int:
     before = {"shm": shm_state()[0], "cgroups": nsjail_cgroups()}
     serve_args = ("--workers", str(args.workers)) + (
         ("--grace-s", str(args.grace_s)) if args.grace_s is not None else ()) + (
-        ("--forkserver",) if args.forkserver else ())
+        ("--forkserver", args.forkserver))
     replicas = [Replica(role, serve_args, scratch) for role in ("victim", "drained", "steady")]
     ledger, stop, streams, errors = Ledger(), threading.Event(), [], []
     faults: list[dict] = []

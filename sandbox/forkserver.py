@@ -49,6 +49,9 @@ from .process import EXIT_GRACE_S, OutputSink, ProcessOutcome, output_stop
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 JAILSYS_SOURCE = Path(__file__).with_name("jailsys.c")
+JAILSYS_ENV = "MAGIC_SANDBOX_JAILSYS"
+"""Names a prebuilt system-call module (sandbox/jailsys.c compiled for the jails' interpreter);
+unset, the forkserver compiles it at start (:func:`build_jailsys`)."""
 PID_WAIT_S = 5.0
 """After its deadline, how long a run may still take to report its jail's pid (the jail's set-up
 is ours, and quick: this bounds a zygote that stopped answering)."""
@@ -268,20 +271,37 @@ def build_jailsys(python: str, out_dir: str) -> str:
     after a SIGKILL: a 60-minute soak found a directory of its own left by every killed
     replica). Returns its path. Compiled once per process and interpreter (about 0.3 s; later
     calls write the same bytes), with the system's C compiler (``$CC``, else ``cc`` or ``gcc``)
-    against that interpreter's own headers. Raises OSError naming what is missing (no
+    against that interpreter's own headers; or, when ``$MAGIC_SANDBOX_JAILSYS`` names one, a
+    prebuilt module (the verifier image has no compiler). Raises OSError naming what is missing (no
     compiler, no Python.h: the zygote has no other way to make its system calls; ctypes is not
     one, sandbox/README.md "The forkserver")."""
-    source = JAILSYS_SOURCE.read_bytes()
-    key = (python, hashlib.sha256(source).hexdigest())
+    prebuilt = os.environ.get(JAILSYS_ENV, "").strip()
+    key = (python, prebuilt or hashlib.sha256(JAILSYS_SOURCE.read_bytes()).hexdigest())
     with _JAILSYS_LOCK:
         if key not in _JAILSYS_BUILT:
-            _JAILSYS_BUILT[key] = _compile_jailsys(python, out_dir)
+            _JAILSYS_BUILT[key] = (_read_prebuilt_jailsys(prebuilt) if prebuilt
+                                   else _compile_jailsys(python, out_dir))
         suffix, data = _JAILSYS_BUILT[key]
     out = os.path.join(out_dir, "_jailsys" + suffix)
     with open(out + ".part", "wb") as f:
         f.write(data)
     os.replace(out + ".part", out)  # a zygote restarting now loads a whole file
     return out
+
+
+def _read_prebuilt_jailsys(path: str) -> tuple[str, bytes]:
+    """The module ``$MAGIC_SANDBOX_JAILSYS`` names (built from this checkout's jailsys.c for the
+    jails' interpreter, as the verifier image's build stage does): its file-name suffix and
+    bytes. A name that is not a ``_jailsys*.so`` or a file that cannot be read is refused."""
+    name = os.path.basename(path)
+    if not (name.startswith("_jailsys") and name.endswith(".so")):
+        raise OSError(f"${JAILSYS_ENV}={path}: not a _jailsys*.so module (sandbox/jailsys.c "
+                      f"built as a CPython extension)")
+    try:
+        with open(path, "rb") as f:
+            return name[len("_jailsys"):], f.read()
+    except OSError as e:
+        raise OSError(f"${JAILSYS_ENV}={path}: cannot read it: {e.strerror or e}") from e
 
 
 def _compile_jailsys(python: str, out_dir: str) -> tuple[str, bytes]:

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 APT_PKGS=()
 ldconfig -p | grep -q 'libnl-route-3.so.200' || APT_PKGS+=(libnl-route-3-200)
 [ -x /usr/bin/python3 ] || APT_PKGS+=(python3-minimal)
-# The forkserver (verifier serve --forkserver) builds its system-call module, sandbox/jailsys.c,
+# The forkserver (verifier serve's default as root) builds its system-call module, sandbox/jailsys.c,
 # for that python3 at start: a C compiler, the libc and kernel headers, and its Python.h.
 command -v cc >/dev/null || APT_PKGS+=(gcc libc6-dev)
 [ -f "$(/usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)/Python.h" ] \

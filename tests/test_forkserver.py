@@ -28,7 +28,9 @@ from sandbox.base import POLICY_FILE
 from verifier.code_score import score_code
 from verifier.harness import harness_source
 from verifier.harness_files import HARNESS_FILE, HARNESS_PYC
-from verifier.items import Limits, Status
+from verifier.config import ScoringConfig
+from verifier.items import Item, Limits, Status
+from verifier.scoring import Scorer, use_forkserver
 
 ONE = {"inputs": ["5\n"], "outputs": ["25\n"]}
 
@@ -194,6 +196,64 @@ print(refused, js.is_sealed(), os.waitstatus_to_exitcode(status))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60)
     assert out.stdout.split() == ["9", "True", "0"], out.stderr[-2000:]
+
+
+def test_a_prebuilt_jailsys_named_by_the_environment_is_used(tmp_path, monkeypatch):
+    """$MAGIC_SANDBOX_JAILSYS names a prebuilt module (for a machine without a compiler): it is
+    used as it is (no compiler is run: $CC is one that cannot exist), a forkserver sandbox
+    judges with it, and a name that is not a module, or one that is not there, is refused by
+    name."""
+    import shutil
+
+    from sandbox.forkserver import JAILSYS_ENV, build_jailsys
+    from sandbox.nsjail import default_python
+
+    python = default_python()  # the jails' interpreter, which the module is built for
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    prebuilt = tmp_path / "_jailsys.so"
+    shutil.copy(build_jailsys(python, str(tmp_path / "a")), prebuilt)
+    monkeypatch.setenv(JAILSYS_ENV, str(prebuilt))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    out = build_jailsys(python, str(tmp_path / "b"))
+    assert os.path.basename(out) == "_jailsys.so"
+    assert open(out, "rb").read() == prebuilt.read_bytes()
+    sb = create_sandbox("nsjail", forkserver=WarmEntry((HARNESS_PYC, HARNESS_FILE),
+                                                       harness_source()))
+    try:
+        assert judge(sb, SUM_OK, SUM_GT).status is Status.CORRECT
+    finally:
+        sb.close()
+    for bad, why in ((tmp_path / "jailsys.txt", "not a _jailsys"),
+                     (tmp_path / "gone" / "_jailsys.so", "cannot read it")):
+        monkeypatch.setenv(JAILSYS_ENV, str(bad))
+        with pytest.raises(OSError, match=f"{JAILSYS_ENV}=.*{why}"):
+            build_jailsys(python, str(tmp_path / "b"))
+
+
+def test_the_service_forks_its_jails_by_default_as_root():
+    """``--forkserver auto`` (the default) is on for nsjail run as root, unless pre-started
+    jails are asked for; "on" that cannot be is refused, naming why; a real Scorer at the
+    default settings judges through a zygote."""
+    assert ScoringConfig().forkserver == "auto"
+    assert use_forkserver(ScoringConfig()) is (os.geteuid() == 0)
+    assert not use_forkserver(ScoringConfig(warm_jails=2))
+    assert not use_forkserver(ScoringConfig(sandbox="docker"))
+    assert not use_forkserver(ScoringConfig(forkserver="off"))
+    with pytest.raises(ValueError, match="--sandbox nsjail"):
+        use_forkserver(ScoringConfig(forkserver="on", sandbox="docker"))
+    with pytest.raises(ValueError, match="--warm-jails"):
+        use_forkserver(ScoringConfig(forkserver="on", warm_jails=1))
+    scorer = Scorer(ScoringConfig(workers=1))
+    try:
+        assert scorer.sandbox.forkserver is not None and scorer.warm_per_key == 0
+        assert "forked from a zygote" in scorer.sandbox.describe()
+        item = Item(id="s", domain="code", response=respond(SUM_OK), ground_truth=SUM_GT)
+        [res] = scorer.score([item])
+        assert res.status is Status.CORRECT, res
+        assert scorer.sandbox.forkserver.zygote_pid() is not None
+    finally:
+        scorer.close()
 
 
 def test_a_sample_sees_nothing_of_the_one_before(forkserver_sandbox):

@@ -353,19 +353,21 @@ def _swallow(fn) -> None:
 
 
 def _jails_of(pid: int) -> list[int]:
-    """Descendant processes of ``pid`` running nsjail."""
-    out = []
+    """The running jails of the server ``pid``: its nsjail processes, or, with the forkserver
+    (the default as root), the children of its zygote."""
+    procs: dict[int, tuple[int, str]] = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
             stat = (d / "stat").read_text()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            if ppid == pid and "nsjail" in (d / "cmdline").read_bytes().decode(errors="replace"):
-                out.append(int(d.name))
+            cmd = (d / "cmdline").read_bytes().decode(errors="replace")
+            procs[int(d.name)] = (int(stat.rsplit(")", 1)[1].split()[1]), cmd)
         except (OSError, ValueError, IndexError):
             continue
-    return out
+    zygotes = {p for p, (ppid, cmd) in procs.items() if ppid == pid and "zygote.py" in cmd}
+    return [p for p, (ppid, cmd) in procs.items()
+            if (ppid == pid and "nsjail" in cmd) or ppid in zygotes]
 
 
 def test_check_cli_embedded_and_remote(server, tmp_path) -> None:

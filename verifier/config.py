@@ -52,14 +52,18 @@ class ScoringConfig:
     while earlier samples run, so its set-up is off the sample's path (sandbox/warm.py; each
     jail still serves one sample only). None (default): one per code slot; 0: none, every
     sample starts its jail when it arrives."""
-    forkserver: bool = False
-    """Fork the harness's jails from a warm zygote (nsjail only; sandbox/forkserver.py)
-    instead of starting nsjail and an interpreter for each sample: the same jail (a test
-    checks it against nsjail's), about a quarter less CPU per sample (README "The
-    forkserver"). Needs a C compiler and the jail interpreter's headers at start (it builds
-    its system-call module, sandbox/jailsys.c). Off by default: the verifier image has no C
-    compiler yet (sandbox/README.md, "The forkserver"). It replaces the pre-started jails
-    (give no --warm-jails with it)."""
+    forkserver: Literal["auto", "on", "off"] = "auto"
+    """Fork the harness's jails from a warm zygote (sandbox/forkserver.py) instead of starting
+    nsjail and an interpreter for each sample: the same jail (a test checks it against
+    nsjail's), about a quarter less CPU per sample (README "The forkserver"). "auto" (default):
+    on with the nsjail sandbox when the service runs as root, unless --warm-jails is given;
+    "on": on (nsjail, root, no --warm-jails); "off": nsjail starts every jail (pre-started ones,
+    --warm-jails). The zygote does root's work (namespaces, mounts, uid changes); the verifier
+    image's non-root user has nsjail's file capabilities only, so it runs "off". It needs its
+    system-call module, sandbox/jailsys.c: built at start with a C compiler against the jail
+    interpreter's headers (make setup installs both), or prebuilt and named by
+    $MAGIC_SANDBOX_JAILSYS. Without either the service refuses to start, naming what is
+    missing. The service's log names the way it starts jails."""
     math_timeout_s: float = 5.0
     """Hard wall-clock deadline for one math item, seconds, unless the item asks for another.
     5 s is far above a normal item (~10 ms) and bounds a sympy blow-up."""

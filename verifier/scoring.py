@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
 from concurrent.futures import CancelledError, Future, InvalidStateError, ThreadPoolExecutor
@@ -41,6 +42,31 @@ def _math_task(response: str, ground_truth: Any, limits: Limits, profile: str) -
     return score_math(response, ground_truth, limits, get_profile(profile))
 
 
+def use_forkserver(config: ScoringConfig) -> bool:
+    """Whether the harness's jails are forked from a zygote (``--forkserver``): "auto" is on
+    with nsjail, as root, unless pre-started jails are asked for (``--warm-jails``). A
+    contradiction is refused, naming the options."""
+    if config.forkserver == "on":
+        if config.sandbox != "nsjail":
+            raise ValueError(f"--forkserver on needs --sandbox nsjail, not {config.sandbox}")
+        if config.warm_jails:
+            raise ValueError("--forkserver on replaces the pre-started jails: give no "
+                             "--warm-jails (or --forkserver off)")
+        if os.geteuid() != 0:
+            raise ValueError("--forkserver on needs a service running as root (the zygote "
+                             "makes its jails' namespaces and uid changes itself); without "
+                             "root, --forkserver off (nsjail's file capabilities)")
+        return True
+    if config.forkserver == "off":
+        return False
+    if config.forkserver != "auto":
+        raise ValueError(f"--forkserver is auto, on or off, not {config.forkserver!r}")
+    # The zygote makes its jails' namespaces, mounts, cgroups and uid changes itself, and reads
+    # nsjail's seccomp filter with ptrace: root's work. A service without root (the verifier
+    # image's user) has nsjail's file capabilities only, and pre-started jails.
+    return config.sandbox == "nsjail" and config.warm_jails is None and os.geteuid() == 0
+
+
 class Scorer:
     """Scores items; ``submit`` returns a Future[Result] and never raises for a bad item.
 
@@ -67,11 +93,8 @@ class Scorer:
         code_slots = config.code_concurrency or config.workers
         if config.warm_jails is not None and config.warm_jails < 0:
             raise ValueError(f"warm_jails must be 0 or more (or None), got {config.warm_jails}")
-        if config.forkserver and config.sandbox != "nsjail":
-            raise ValueError(f"--forkserver needs --sandbox nsjail, not {config.sandbox}")
-        if config.forkserver and config.warm_jails:
-            raise ValueError("--forkserver replaces the pre-started jails: give no --warm-jails")
-        self.warm_per_key = (0 if config.forkserver else
+        self.forkserver = use_forkserver(config)
+        self.warm_per_key = (0 if self.forkserver else
                              code_slots if config.warm_jails is None else config.warm_jails)
         self._compare_pool = DeadlinePool(
             code_slots,
@@ -96,7 +119,7 @@ class Scorer:
                 options["image"] = config.docker_image
             elif config.sandbox == "nsjail":
                 options["warm"] = self.warm_per_key
-                if config.forkserver:
+                if self.forkserver:
                     options["forkserver"] = WarmEntry((HARNESS_PYC, HARNESS_FILE),
                                                       harness_source())
             self.sandbox, self.sandbox_problem = open_sandbox(config.sandbox, **options)
