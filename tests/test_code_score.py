@@ -539,6 +539,40 @@ def test_the_payload_check_names_what_is_wrong(mode):
     assert "not a dict" in framing.payload_problem([cfg])
 
 
+CRASHING = "def f():\n    raise KeyError('k')\n\nf()\n"
+SHOW_CRASH = r"""
+import os, sys
+ns = {"__name__": "judge_harness"}
+exec(compile(sys.stdin.read(), "judge_harness.py", "exec"), ns)
+sys.modules["traceback"] = None  # importing it would now fail
+err_r, err_w = os.pipe()
+st_r, st_w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.dup2(err_w, 2)
+    sys.stderr = open(2, "w", closefd=False)
+    ns["run_main_program"](compile(sys.argv[1], "<program>", "exec"), st_w)
+os.close(err_w)
+os.close(st_w)
+_, status = os.waitpid(pid, 0)
+print(repr((os.read(st_r, 10), os.waitstatus_to_exitcode(status), os.read(err_r, 1 << 16).decode())))
+"""
+
+
+def test_a_crashing_program_gets_the_interpreters_own_traceback():
+    """A test process whose program raises prints the traceback a fresh interpreter prints
+    (its frames, then the exception), with the interpreter's C printer: the ``traceback``
+    module, 8-10 ms of imports in every crashing test, is not needed (here it cannot be
+    imported at all)."""
+    run = subprocess.run([sys.executable, "-I", "-S", "-c", SHOW_CRASH, CRASHING],
+                         input=harness_source(), capture_output=True, timeout=60)
+    marker, code, err = eval(run.stdout)  # noqa: S307 - our own repr
+    assert (marker, code) == (b"E", 1), run.stderr[-2000:]
+    assert err.startswith("Traceback (most recent call last):\n"), err
+    assert 'File "<program>", line 4, in <module>' in err and "line 2, in f" in err, err
+    assert err.endswith("KeyError: 'k'\n"), err
+
+
 def test_the_harness_refuses_a_payload_missing_a_field():
     """The shipped harness, given a payload without ``budget_s``, answers with one
     authenticated "payload_error" record naming it (before anything of a program runs), which
