@@ -1,5 +1,5 @@
 /* _jailsys: the system calls the forkserver's zygote (sandbox/zygote.py) makes to build a jail
- * and that Python's standard library lacks: unshare, mount, umount2, pivot_root, the prctl
+ * and that Python's standard library lacks: unshare, setns, mount, umount2, pivot_root, the prctl
  * calls (parent-death signal, dumpable, no_new_privs, seccomp), and dropping every capability.
  *
  * Why a module of our own instead of ctypes: a forked jail is a copy of the zygote's memory,
@@ -54,6 +54,15 @@ static PyObject *js_unshare(PyObject *self, PyObject *args) {
     REFUSE_IF_SEALED();
     if (!PyArg_ParseTuple(args, "i:unshare", &flags)) return NULL;
     return done(unshare(flags), "unshare");
+}
+
+/* Why: the zygote makes each jail's PID namespace with unshare(CLONE_NEWPID) and a fork, then
+ * goes back to its own with setns (os.setns is Python 3.12's; the jails' interpreter is 3.11). */
+static PyObject *js_setns(PyObject *self, PyObject *args) {
+    int fd, nstype;
+    REFUSE_IF_SEALED();
+    if (!PyArg_ParseTuple(args, "ii:setns", &fd, &nstype)) return NULL;
+    return done(setns(fd, nstype), "setns");
 }
 
 static PyObject *js_mount(PyObject *self, PyObject *args) {
@@ -146,6 +155,7 @@ static PyObject *js_is_sealed(PyObject *self, PyObject *noargs) {
 
 static PyMethodDef methods[] = {
     {"unshare", js_unshare, METH_VARARGS, "unshare(flags)"},
+    {"setns", js_setns, METH_VARARGS, "setns(fd, nstype)"},
     {"mount", js_mount, METH_VARARGS, "mount(src|None, dst, fstype|None, flags, data|None)"},
     {"umount2", js_umount2, METH_VARARGS, "umount2(target, flags)"},
     {"pivot_root", js_pivot_root, METH_VARARGS, "pivot_root(new_root, put_old)"},

@@ -16,25 +16,28 @@ out of one of its jails by the verifier); and the judge's harness, loaded (its i
 when one is given.
 
 Per run (a request packet with four descriptors: the run's stdin, stdout and stderr, and a
-report socket), in a forked child, in nsjail's order:
+report socket), in nsjail's order:
 
-1. its cgroups (made here, by the zygote, before the fork: memory, pids and cpu, the limits
-   nsjail writes, named ``NSJAIL.<child pid>`` so that cgroups.py's sweep knows them), entered;
-2. its outside uid (from the verifier's pool): root's capabilities go with it; a new user
-   namespace in which that uid is 65534, groups denied (nsjail's ``--user 65534:<uid>:1``);
-3. new mount, PID, network, IPC, UTS and cgroup namespaces; the scratch tmpfs on ``/tmp`` (the
+1. the zygote unshares a new PID namespace for its next child only and forks the run's PID 1
+   into it (then goes back to its own with ``setns``); it makes the run's cgroups (memory,
+   pids and cpu, the limits nsjail writes, named ``NSJAIL.<PID 1's outside pid>`` as nsjail
+   names them, so that cgroups.py's sweep knows them), sends the verifier the PID 1's pid with
+   a pidfd of it (the verifier kills the jail with it: killing a PID namespace's init kills the
+   namespace), and lets the child go; the child enters its cgroups;
+2. its outside uid (from the verifier's pool): root's capabilities go with it; the parent-death
+   signal; a new user namespace in which that uid is 65534, groups denied (nsjail's
+   ``--user 65534:<uid>:1``);
+3. new mount, network, IPC, UTS and cgroup namespaces; the scratch tmpfs on ``/tmp`` (the
    run's size and inode limits); the run's input files copied into it and made read-only
    (bound onto themselves); the hostname;
-4. its PID 1 (a fork), which takes the run's pipes as 0, 1 and 2 and closes every other
-   descriptor, sets the policy's and the run's rlimits, ``/tmp`` as cwd, the policy's
-   environment, drops every capability (effective, permitted, inheritable, ambient, bounding),
-   sets ``no_new_privs``, loads the seccomp filter, and then execs the run's argv, or runs the
-   loaded harness's ``main()``.
+4. it takes the run's pipes as 0, 1 and 2 and closes every other descriptor, sets the policy's
+   and the run's rlimits, ``/tmp`` as cwd, the policy's environment, drops every capability
+   (effective, permitted, inheritable, ambient, bounding), sets ``no_new_privs``, loads the
+   seccomp filter, and then execs the run's argv, or runs the loaded harness's ``main()``.
 
-The child reports on the report socket the PID 1's pid with a pidfd of it (the verifier kills
-the jail with it: killing a PID namespace's init kills the namespace), then its wait status
-and the CPU and peak memory of the jail's processes, and exits. The zygote reaps it and removes
-its cgroups. A request it cannot read, or a run whose set-up fails, costs only that run: its
+The zygote reaps each PID 1, reports on the report socket its wait status and the CPU and peak
+memory of the jail's processes (``wait4``), removes its cgroups, and kills a jail that outlives
+its backstop. A request it cannot read, or a run whose set-up fails, costs only that run: its
 report says why.
 """
 
@@ -49,6 +52,7 @@ import sys
 
 for _name in ("_signal", "builtins", "fcntl", "io", "marshal", "os", "resource", "select", "time"):
     __import__(_name)  # the harness's own imports (and theirs), see above
+import _signal  # noqa: E402 - imported above already (the harness's `signal`)
 import marshal  # noqa: E402 - imported above already
 import os  # noqa: E402 - imported above already
 import resource  # noqa: E402
@@ -151,9 +155,41 @@ def write_at(dir_fd, name, value):
         os.close(fd)
 
 
+class Jail:
+    """What the zygote holds of one running jail (its PID 1 is the zygote's child) until it
+    has reaped it: a pidfd of it, the run's report socket, the write end of its ``go`` pipe
+    (see Zygote.start) and the time of its backstop."""
+
+    __slots__ = ("pid", "name", "pidfd", "report", "go_w", "backstop")
+
+    def __init__(self, pid, name, pidfd, report, go_w, backstop):
+        self.pid, self.name, self.pidfd = pid, name, pidfd
+        self.report, self.go_w, self.backstop = report, go_w, backstop
+
+    def kill(self):
+        try:
+            _signal.pidfd_send_signal(self.pidfd, 9)
+        except OSError:
+            pass  # already gone
+
+    def end(self, poller, status, ru):
+        """Reaped: its end reported (the jail's processes that its PID 1 reaped count in
+        ``ru``; the kernel killed the rest with it, unreaped by anyone but their own init)."""
+        poller.unregister(self.pidfd)
+        _send(self.report, {"status": status, "cpu": ru.ru_utime + ru.ru_stime,
+                            "maxrss_kb": ru.ru_maxrss})
+        self.close()
+
+    def close(self):
+        for fd in (self.pidfd, self.report, self.go_w):
+            os.close(fd)
+
+
 class Zygote:
     def __init__(self, cfg):
         self.cfg = cfg
+        # The zygote's own PID namespace: it goes back to it after forking each run's PID 1.
+        self.pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         self.env = dict(cfg["env"])
         self.fixed_rlimits = {RLIMITS[k]: v for k, v in cfg["rlimits"].items()}
         self.bpf = bytes.fromhex(cfg["seccomp"])
@@ -167,7 +203,7 @@ class Zygote:
         self.harness = {}
         self.harness_module = None
         self.keep_modules = HARNESS_MODULES
-        self.pending = {}  # child pid -> cgroup name, until reaped and removed
+        self.jails = {}  # the PID 1 of each running jail -> its Jail, until reaped
         self.stale = []  # cgroup names whose removal failed (processes still exiting)
         self._build_root(cfg)
 
@@ -224,24 +260,20 @@ class Zygote:
         gc.collect()
         gc.freeze()
         self.zygote_pid = os.getpid()
-        poller = select.poll()
-        poller.register(sock, select.POLLIN)
+        self.poller = select.poll()
+        self.poller.register(sock, select.POLLIN)
         while True:
-            if poller.poll(200 if (self.pending or self.stale) else None):
+            # The jails' pidfds are in the poller too: a jail's end wakes the loop, which
+            # reaps it and reports its end at once.
+            for fd, _ev in self.poller.poll(self.wait_ms()):
+                if fd != self.sock_fd:
+                    continue  # a jail's pidfd: reaped below
                 try:
                     msg, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 8)
                 except InterruptedError:
                     continue
                 if not msg:  # the verifier closed its end, or died: no jail outlives it
-                    for pid in self.pending:
-                        try:
-                            os.kill(pid, 9)  # its jail dies with it (die_with_parent)
-                        except OSError:
-                            pass
-                    deadline = time.monotonic() + float(self.cfg["reap_s"])
-                    while (self.pending or self.stale) and time.monotonic() < deadline:
-                        time.sleep(0.01)
-                        self.reap()  # their cgroups go with them
+                    self.stop_all()
                     return
                 try:
                     self.start(msg, fds)
@@ -250,17 +282,44 @@ class Zygote:
                         os.close(fd)
             self.reap()
 
+    def wait_ms(self):
+        """How long the loop may sleep: until the nearest jail's backstop, 200 ms while a
+        cgroup waits to be removed, for ever when nothing runs."""
+        if not self.jails:
+            return 200 if self.stale else None
+        now = time.monotonic()
+        ms = max(0, min(j.backstop for j in self.jails.values()) - now) * 1000 + 1
+        return min(ms, 200) if self.stale else ms
+
+    def stop_all(self):
+        for jail in self.jails.values():
+            jail.kill()  # killing a PID namespace's init kills the namespace
+        deadline = time.monotonic() + float(self.cfg["reap_s"])
+        while (self.jails or self.stale) and time.monotonic() < deadline:
+            time.sleep(0.01)
+            self.reap()  # their cgroups go with them
+
     def reap(self):
+        """Reap the jails that ended (each run's PID 1 is the zygote's child): report each
+        one's wait status and the CPU and peak memory of its processes (its own and its reaped
+        children's: ``wait4``), and remove its cgroups; kill the jails past their backstop."""
         while True:
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
+                pid, status, ru = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:
                 break
-            name = self.pending.pop(pid, None)
-            if name:
-                self.stale.append(name)
+            jail = self.jails.pop(pid, None)
+            if jail is not None:
+                jail.end(self.poller, status, ru)
+                self.stale.append(jail.name)
+        now = time.monotonic()
+        for jail in self.jails.values():
+            if now >= jail.backstop:
+                # The backstop of the run's deadline (nsjail's --time_limit): the verifier
+                # kills the jail at its deadline; this holds if the verifier cannot.
+                jail.kill()
         left = []
         for name in self.stale:
             for fd, _files in self.cgroups.values():
@@ -283,68 +342,97 @@ class Zygote:
             if report >= 0:
                 _send(report, {"error": f"bad request: {e}"})
             return
-        # The cgroups are made before the fork (the name needs the child's pid: a pipe tells
-        # the child when they are ready).
+        # The run's PID namespace is made here: unshare(CLONE_NEWPID) applies to the zygote's
+        # next child only, which is then the namespace's PID 1 (nsjail clones it so), and
+        # setns takes the zygote's later children back to its own namespace. Why not a child
+        # that unshares and forks the PID 1: that is a second process per run, whose fork,
+        # copy-on-write faults and exit cost a sixth of a sample's CPU.
+        # The child waits on ``go`` for its cgroups (their name needs its pid); the zygote
+        # holds go's write end until it reaps the child: a hang-up tells the child that the
+        # zygote is gone, or refused the run.
         go_r, go_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
+        js.unshare(CLONE_NEWPID)
+        try:
+            pid = os.fork()
+        except OSError as e:
+            js.setns(self.pidns_fd, CLONE_NEWPID)
+            os.close(go_r)
             os.close(go_w)
-            os.close(self.sock_fd)  # the verifier's channel stays the zygote's alone
+            _send(report, {"error": f"fork: {e}"})
+            return
+        if pid == 0:
             code = 70
             try:
-                if os.read(go_r, 1) != b"g":
-                    os._exit(code)  # the zygote said why on the report socket
-                os.close(go_r)
-                code = self.child(req, fds, f"NSJAIL.{os.getpid()}")
+                os.close(go_w)
+                os.close(self.sock_fd)  # the verifier's channel stays the zygote's alone
+                for jail in self.jails.values():  # nor any other run's
+                    jail.close()
+                self.jails.clear()
+                code = self.child(req, fds, go_r)
             except BaseException as e:  # said on the report socket; the run fails, not us
                 _send(report, {"error": f"jail set-up: {type(e).__name__}: {e}"})
             finally:
                 os._exit(code)
+        js.setns(self.pidns_fd, CLONE_NEWPID)
         os.close(go_r)
         name = f"NSJAIL.{pid}"
+        jail = Jail(pid, name, os.pidfd_open(pid), os.dup(report), go_w,
+                    time.monotonic() + float(req["backstop_s"]))
+        self.jails[pid] = jail
+        self.poller.register(jail.pidfd, select.POLLIN)
         try:
             for fd, files in self.cgroups.values():
                 try:
                     os.mkdir(name, dir_fd=fd)
-                except FileExistsError:  # an earlier child's of the same pid, not yet removed
+                except FileExistsError:  # an earlier jail's of the same pid, not yet removed
                     os.rmdir(name, dir_fd=fd)  # empty, or this run fails (OSError below)
                     os.mkdir(name, dir_fd=fd)
                     if name in self.stale:  # now this run's: not to be removed under it
                         self.stale.remove(name)
-                self.pending[pid] = name
                 for f, template in files.items():
                     write_at(fd, f"{name}/{f}", template.format(**req["cgroup"]))
-            os.write(go_w, b"g")
+            # The verifier kills the jail with this pidfd (at its deadline, or on close).
+            s = _sock(report)
+            try:
+                socket.send_fds(s, [json.dumps({"pid": pid}).encode()], [jail.pidfd])
+            finally:
+                s.close()
+            os.write(go_w, b"g" + name.encode())
         except OSError as e:
             _send(report, {"error": f"cgroups: {e}"})
+            jail.kill()
+
+    # -- one run, in the child: its PID 1 ------------------------------------------------
+
+    def parent_is_zygote(self):
+        """Whether this process's parent is still the zygote: its parent pid as the zygote's
+        /proc tells it (from a new PID namespace, getppid() says 0)."""
+        fd = os.open("self/stat", os.O_RDONLY, dir_fd=self.proc_fd)
+        try:
+            stat = os.read(fd, 4096)
         finally:
-            os.close(go_w)
+            os.close(fd)
+        return int(stat.rsplit(b")", 1)[1].split()[1]) == self.zygote_pid
 
-    # -- one run, in the child -------------------------------------------------------------
-
-    @staticmethod
-    def die_with_parent(parent=None, alive_fd=-1):
-        """SIGKILL when the parent dies, then a check that it has not died already: its pid
-        is still our parent's, or (from a new PID namespace, where the parent has no pid) it
-        wrote on ``alive_fd`` after the fork."""
-        js.set_pdeathsig(9)
-        if (os.read(alive_fd, 1) != b"a") if alive_fd >= 0 else (os.getppid() != parent):
-            os._exit(72)
-        if alive_fd >= 0:
-            os.close(alive_fd)
-
-    def child(self, req, fds, name):
-        stdin_fd, stdout_fd, stderr_fd, report = fds
-        me = str(os.getpid())
+    def child(self, req, fds, go_r):
+        stdin_fd, stdout_fd, stderr_fd, _report = fds
+        go = os.read(go_r, 256)
+        if not go.startswith(b"g"):
+            return 70  # the zygote refused the run and said why on the report socket
+        name = go[1:].decode()
         for fd, _files in self.cgroups.values():
-            write_at(fd, f"{name}/cgroup.procs", me)
+            write_at(fd, f"{name}/cgroup.procs", "0")  # "0": the writing process itself
         uid = int(req["uid"])
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-        # Dies with the zygote (set after the uid change, which clears it): a killed zygote
-        # (or verifier, whose zygote then kills us) leaves no jail behind.
-        self.die_with_parent(self.zygote_pid)
+        # Dies with the zygote (set after the uid change, which clears it), and so does the
+        # whole PID namespace: a killed zygote (or verifier, whose zygote then kills its
+        # jails) leaves no jail behind. Then a check that the zygote is not gone already.
+        js.set_pdeathsig(9)
+        if not self.parent_is_zygote():
+            return 72
+        os.close(go_r)
         # A uid change makes a process undumpable, its /proc files root's: it could not write
         # its own uid_map. Undumpable again right after.
         js.set_dumpable(True)
@@ -353,8 +441,7 @@ class Zygote:
                      ("gid_map", f"{SANDBOX_ID} {uid} 1")):
             write_at(self.proc_fd, f"self/{f}", v)
         js.set_dumpable(False)
-        js.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
-                   | CLONE_NEWCGROUP)
+        js.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
         lim = req["limits"]
         mount("none", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
               f"size={lim['scratch_bytes']},nr_inodes={lim['scratch_files']}")
@@ -369,43 +456,8 @@ class Zygote:
             os.chmod(f"/tmp/{dst}", 0o444)
             bind_ro(f"/tmp/{dst}", f"/tmp/{dst}")
         socket.sethostname(self.cfg["hostname"])
-        alive_r, alive_w = os.pipe()
-        jail = os.fork()  # PID 1 of the new PID namespace
-        if jail == 0:
-            code = 71
-            try:
-                os.close(alive_w)
-                self.die_with_parent(alive_fd=alive_r)  # and the whole namespace with it
-                self.pid1(req, stdin_fd, stdout_fd, stderr_fd)
-            except BaseException as e:
-                try:
-                    os.write(2, f"jail start: {type(e).__name__}: {e}\n".encode())
-                except OSError:
-                    pass
-            finally:
-                os._exit(code)
-        os.close(alive_r)
-        os.write(alive_w, b"a")
-        os.close(alive_w)
-        for fd in (stdin_fd, stdout_fd, stderr_fd):
-            os.close(fd)
-        pidfd = os.pidfd_open(jail)
-        s = _sock(report)
-        socket.send_fds(s, [json.dumps({"pid": jail}).encode()], [pidfd])
-        s.close()
-        # The backstop of the run's deadline (nsjail's --time_limit): the verifier kills the
-        # jail at its deadline; this holds if the verifier cannot.
-        poller = select.poll()
-        poller.register(pidfd, select.POLLIN)
-        if not poller.poll(float(req["backstop_s"]) * 1000):
-            os.kill(jail, 9)
-        os.close(pidfd)
-        _, status, ru = os.wait4(jail, 0)
-        # The jail's processes that its PID 1 reaped count in its rusage; the kernel kills the
-        # rest with it, unreaped by anyone but their own init.
-        _send(report, {"status": status, "cpu": ru.ru_utime + ru.ru_stime,
-                       "maxrss_kb": ru.ru_maxrss})
-        return 0
+        self.pid1(req, stdin_fd, stdout_fd, stderr_fd)
+        return 71
 
     def pid1(self, req, stdin_fd, stdout_fd, stderr_fd):
         for target, fd in ((0, stdin_fd), (1, stdout_fd), (2, stderr_fd)):

@@ -115,7 +115,8 @@ while stack:
     except TypeError:
         pass
 calls = (("unshare", (0,)), ("set_pdeathsig", (0,)), ("set_dumpable", (True,)),
-         ("drop_capabilities", ()), ("set_no_new_privs", ()), ("umount2", ("/tmp", 2)))
+         ("drop_capabilities", ()), ("set_no_new_privs", ()), ("umount2", ("/tmp", 2)),
+         ("setns", (0, 0)))
 def look(o, where):
     name = getattr(o, "__name__", "")
     if type(o) is not type(sys) or name not in ("ctypes", "_ctypes", "_jailsys"):
@@ -178,7 +179,7 @@ refused = 0
 for fn, args in (("set_dumpable", (True,)), ("unshare", (0,)), ("set_pdeathsig", (9,)),
                  ("mount", (None, "/x", None, 0, None)), ("umount2", ("/x", 0)),
                  ("pivot_root", ("/a", "/b")), ("drop_capabilities", ()),
-                 ("set_no_new_privs", ()), ("seccomp_load", (bytes(8),))):
+                 ("set_no_new_privs", ()), ("seccomp_load", (bytes(8),)), ("setns", (0, 0))):
     try:
         getattr(js, fn)(*args)
     except PermissionError:
@@ -195,7 +196,7 @@ print(refused, js.is_sealed(), os.waitstatus_to_exitcode(status))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60)
-    assert out.stdout.split() == ["9", "True", "0"], out.stderr[-2000:]
+    assert out.stdout.split() == ["10", "True", "0"], out.stderr[-2000:]
 
 
 def test_a_prebuilt_jailsys_named_by_the_environment_is_used(tmp_path, monkeypatch):
