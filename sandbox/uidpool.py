@@ -236,11 +236,15 @@ class UidPool:
             self._free.clear()
             self._draining.clear()
 
-    def release(self, uid: int) -> None:
+    def release(self, uid: int, *, no_processes: bool = False) -> None:
+        """``uid``'s run is over. Its processes may still be dying, so it is verified gone
+        from /proc before it is handed out again, unless the caller knows that none is left
+        (``no_processes``: a forked jail whose PID 1 was reaped, which the kernel reaps only
+        after every other process of its PID namespace, the only place that uid ran)."""
         with self._cond:
             if uid in self._busy:
                 self._busy.discard(uid)
-                self._draining.append(uid)
+                (self._free if no_processes else self._draining).append(uid)
                 self._cond.notify()
 
     def _refill(self) -> None:

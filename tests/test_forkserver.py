@@ -454,3 +454,33 @@ def test_a_killed_verifier_leaves_no_jail():
         proc.kill()
         proc.wait()
 
+
+
+def test_a_reaped_jails_uid_is_handed_out_again_without_a_proc_scan(monkeypatch):
+    """A forked jail's end is reported after the zygote reaped its PID 1, which the kernel
+    reaps only after every other process of its PID namespace: then no process of its uid is
+    left, even of a program that left a daemon behind, and the pool hands the uid out again
+    without scanning /proc for it (a scan is 2 ms of the judge's CPU). With a pool of one uid,
+    every run after the first reuses it at once."""
+    from sandbox import uidpool
+    from sandbox.nsjail import NsjailSandbox
+
+    uid = 1_900_600_000 + (os.getpid() % 100_000) * 8
+    scans = []
+    real_scan = uidpool.uids_in_use
+    monkeypatch.setattr(uidpool, "uids_in_use", lambda lo, hi: scans.append((lo, hi)) or
+                        real_scan(lo, hi))
+    sb = NsjailSandbox(uids=f"{uid}:1", forkserver=WarmEntry((HARNESS_PYC, HARNESS_FILE),
+                                                             harness_source()))
+    try:
+        sb.self_test()
+        daemon = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n"
+                  "print(int(input()) ** 2)")
+        assert judge(sb, daemon).status is Status.CORRECT
+        first = len(scans)  # the first lease of the uid is verified by a scan
+        for _ in range(3):
+            assert judge(sb, daemon).status is Status.CORRECT
+            assert not real_scan(uid, uid)  # nothing of it left once its run returned
+        assert len(scans) == first, scans
+    finally:
+        sb.close()
