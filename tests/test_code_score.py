@@ -485,6 +485,32 @@ def test_a_record_with_a_field_of_the_wrong_type_is_the_programs_failure(bad):
     assert judge.results[0] == (Status.CORRECT, "")
 
 
+RECORD_VALUES = [None, True, False, 0, -7, 2**70, 1.5, -0.0, 1e300, float("inf"), float("-inf"),
+                 float("nan"), "", "plain text_1.2-3", 'a quote " and a \\ backslash',
+                 "tab\tnew\nline\rnul\x00us\x1fdel\x7f\b\f",
+                 "SyntaxError: invalid syntax (solution.py, line 1)", "é ü ✓ 中文 \u2028",
+                 "astral 𝄞 😀", "a lone \udc80 surrogate", [1, 2, 3], []]
+
+
+def test_record_headers_are_jsons_own_text_without_importing_json():
+    """The harness writes each record's header as json.dumps would (compact), for every kind
+    of value a header holds (a syntax error's message, control characters, non-ASCII text,
+    astral characters, lone surrogates, non-finite floats), and never imports json for it
+    (~4 ms of a jail's CPU)."""
+    probe = ("import sys\nns = {'__name__': 'harness'}\n"
+             "exec(compile(sys.stdin.read(), 'harness.py', 'exec'), ns)\n"
+             f"inf, nan = float('inf'), float('nan')\nvalues = {RECORD_VALUES!r}\n"
+             "out = [ns['_dumps']({'detail': v, 'i': 1}).decode() for v in values]\n"
+             "print(repr(out))\nprint('json' in sys.modules)\n")
+    run = subprocess.run([sys.executable, "-I", "-S", "-c", probe], input=harness_source(),
+                         capture_output=True, timeout=60)
+    assert run.returncode == 0, run.stderr.decode()[-2000:]
+    got, imported = run.stdout.decode().splitlines()
+    want = [json.dumps({"detail": v, "i": 1}, separators=(",", ":")) for v in RECORD_VALUES]
+    assert ast.literal_eval(got) == want
+    assert imported == "False"
+
+
 # -- the judge-harness payload -----------------------------------------------------------------
 # Declared once (framing.PAYLOAD_FIELDS), built in one function (code_score.harness_payload),
 # checked on both sides.
