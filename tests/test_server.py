@@ -353,8 +353,11 @@ def _swallow(fn) -> None:
 
 
 def _jails_of(pid: int) -> list[int]:
-    """The running jails of the server ``pid``: its nsjail processes, or, with the forkserver
-    (the default as root), the children of its zygote."""
+    """The jails of the server ``pid`` that run a sample's test: its nsjail processes, or,
+    with the forkserver (the default as root), the children of its zygote (each jail's PID 1),
+    with the harness's test process below them. Short-lived jails without one (the harness's
+    compilation, the zygote's own helper) are not counted: seen once and gone at the next
+    look, they made the drain test fail at random (1 run in 12)."""
     procs: dict[int, tuple[int, str]] = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -366,8 +369,20 @@ def _jails_of(pid: int) -> list[int]:
         except (OSError, ValueError, IndexError):
             continue
     zygotes = {p for p, (ppid, cmd) in procs.items() if ppid == pid and "zygote.py" in cmd}
+    children: dict[int, list[int]] = {}
+    for p, (ppid, _cmd) in procs.items():
+        children.setdefault(ppid, []).append(p)
+
+    def runs_a_test(jail: int, depth: int) -> bool:  # a process ``depth`` levels below
+        level = [jail]
+        for _ in range(depth):
+            level = [c for p in level for c in children.get(p, [])]
+        return bool(level)
+
+    # nsjail -> the harness (PID 1) -> a test; the zygote -> the harness (PID 1) -> a test
     return [p for p, (ppid, cmd) in procs.items()
-            if (ppid == pid and "nsjail" in cmd) or ppid in zygotes]
+            if (ppid == pid and "nsjail" in cmd and runs_a_test(p, 2))
+            or (ppid in zygotes and runs_a_test(p, 1))]
 
 
 def test_check_cli_embedded_and_remote(server, tmp_path) -> None:
