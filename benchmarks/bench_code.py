@@ -22,6 +22,7 @@ median is the result. The last candidate run prints the measured CPU breakdown p
 (docs/verifier.md 3).
 
     .venv/bin/python benchmarks/bench_code.py [--n 200] [--workload simple|lcb] [--rounds 3]
+        [--before DIR]   # DIR: `git archive REV | tar -x -C DIR`, served in every round too
 
 ``--profile lcb`` serves the samples under LiveCodeBench's judging rules (a sample's tests one
 after another in one process, verifier/harness/lcb_runner.py) instead of the default profile's
@@ -265,6 +266,10 @@ def main() -> None:
                     help="the server's --profile (default: default, a process per test; lcb and "
                          "skywork run a sample's tests one after another in one process, as "
                          "LiveCodeBench's judge does: what that judging rule costs)")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="a checkout of the code before a change (git archive REV | tar -x -C "
+                         "DIR): its server runs in every round too, with the same flags, for a "
+                         "before/after ratio measured beside the same naive runs")
     ap.add_argument("--jail-cpu", action="store_true",
                     help="measure the CPU of one cold jail by stage instead (no server)")
     args = ap.parse_args()
@@ -277,15 +282,14 @@ def main() -> None:
         samples = [s for s in samples if program_is_right(s) == (args.subset == "correct")]
     items = [{k: v for k, v in s.items() if k != "program"} for s in samples]
     warmup = [dict(it, id=f"w{it['id']}") for it in items[:10]]
-    bases, cands, ratios, base_cpus, cand_cpus = [], [], [], [], []
+    bases, cands, ratios, base_cpus, cand_cpus, befores, gains = [], [], [], [], [], [], []
     run = None
+    server_args = ("--code-concurrency", str(args.code_concurrency), "--warm-jails",
+                   args.warm_jails, "--profile", args.profile, "--forkserver", args.forkserver)
     for k in range(args.rounds):
         base, base_correct, base_slowest, base_cpu = baseline(samples)
         base_cpus.append(base_cpu)
-        run = stream_run(items, args.workers, warmup,
-                         extra_args=("--code-concurrency", str(args.code_concurrency),
-                                     "--warm-jails", args.warm_jails, "--profile", args.profile,
-                                     "--forkserver", args.forkserver))
+        run = stream_run(items, args.workers, warmup, extra_args=server_args)
         if run.counts.get("CORRECT", 0) != base_correct or run.counts.get("SANDBOX_ERROR"):
             # A rate of wrong verdicts means nothing (a broken sandbox is fast).
             sys.exit(f"bench_code: the verifier's verdicts {run.counts} disagree with the naive "
@@ -294,8 +298,18 @@ def main() -> None:
         cands.append(run.rate)
         cand_cpus.append(run.machine_cpu)
         ratios.append(run.rate / base)
-        print(f"round {k + 1}: baseline {base:6.1f}/s  candidate {run.rate:6.1f}/s  "
-              f"ratio {ratios[-1]:.2f}", flush=True)
+        line = (f"round {k + 1}: baseline {base:6.1f}/s  candidate {run.rate:6.1f}/s  "
+                f"ratio {ratios[-1]:.2f}")
+        if args.before is not None:
+            old = stream_run(items, args.workers, warmup, breakdown=False, root=args.before,
+                             extra_args=server_args)
+            if old.counts.get("CORRECT", 0) != base_correct:
+                sys.exit(f"bench_code: the before build's verdicts {old.counts} disagree with "
+                         f"the naive run's ({base_correct} correct)")
+            befores.append(old.rate / base)
+            gains.append(run.rate / old.rate)
+            line += f"  (before: {old.rate:6.1f}/s, ratio {befores[-1]:.2f})"
+        print(line, flush=True)
     assert run is not None
     tests = sum(len(s["ground_truth"]["inputs"]) for s in samples)
     print(f"samples: {len(samples)} ({args.workload}, {args.subset}: {tests} tests); naive judged {base_correct} "
@@ -306,6 +320,9 @@ def main() -> None:
           f" --forkserver {args.forkserver}, nsjail): {median(cands):7.1f} samples/s")
     print(f"ratio candidate / baseline, median of {args.rounds}: {median(ratios):.2f}  "
           f"(goal >= {2.0 if args.workload == 'simple' else 1.0})")
+    if befores:
+        print(f"before ({args.before}) / baseline, median of {args.rounds}: "
+              f"{median(befores):.2f}; after / before: {median(gains):.2f}")
     cores = os.cpu_count() or 1
     # Per machine CPU-second: what a fleet is sized by (the whole machine's busy CPU over the
     # run, kernel threads included; an idle machine's figure only).

@@ -485,6 +485,32 @@ def test_a_record_with_a_field_of_the_wrong_type_is_the_programs_failure(bad):
     assert judge.results[0] == (Status.CORRECT, "")
 
 
+def test_small_stdout_comparisons_run_on_the_judges_thread_and_large_ones_in_a_worker():
+    """A stdin/stdout test whose outputs are small is compared on the judge's thread (no
+    worker's round trip, so a wrong answer's jail is stopped sooner), with the same rule as
+    the workers' (LiveCodeBench's: 1.0 equals 1); past ``INLINE_COMPARE_BYTES`` the program's
+    output goes to ``run_bounded``, a worker under a deadline."""
+    calls = []
+
+    def run_bounded(fn, args, deadline_s):
+        calls.append(len(args[0]))
+        return fn(*args)
+
+    spec = parse_ground_truth({"inputs": ["x\n"] * 4, "outputs": ["1 2.5\n", "7\n", "1\n",
+                                                                   "9\n"]})
+    judge = code_score._Judge(spec, True, run_bounded, time.monotonic() + 10)
+    head = {"type": "test", "status": "exited", "exit": 0, "raised": False}
+    assert judge.judge_test({**head, "i": 0}, [b"1.0 2.50\n", b""]) == (Status.CORRECT, "")
+    status, detail = judge.judge_test({**head, "i": 1}, [b"8\n", b""])
+    assert status is Status.INCORRECT and "expected '7" in detail, detail
+    assert calls == []
+    big = b"1" + b" " * code_score.INLINE_COMPARE_BYTES + b"\n"  # strips to "1": right
+    assert judge.judge_test({**head, "i": 2}, [big, b""]) == (Status.CORRECT, "")
+    status, _ = judge.judge_test({**head, "i": 3}, [b"8" * code_score.INLINE_COMPARE_BYTES, b""])
+    assert status is Status.INCORRECT
+    assert calls == [code_score.INLINE_COMPARE_BYTES]  # the big right one was identical
+
+
 RECORD_VALUES = [None, True, False, 0, -7, 2**70, 1.5, -0.0, 1e300, float("inf"), float("-inf"),
                  float("nan"), "", "plain text_1.2-3", 'a quote " and a \\ backslash',
                  "tab\tnew\nline\rnul\x00us\x1fdel\x7f\b\f",

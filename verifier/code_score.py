@@ -43,7 +43,8 @@ Unforgeability per format:
 Nothing the program sends is trusted or decoded without bounds: the comparisons
 (``verifier/output_compare.py``) never build a container whose cost the program controls, and
 the scorer runs them in worker processes under the item's deadline (``run_bounded``), off the
-server's threads. A program can only fail as itself: whatever it does to its pipes, its harness
+server's threads, all but the stdin/stdout comparisons of at most ``INLINE_COMPARE_BYTES``
+(linear in that size: about 0.1 ms on the judge's thread). A program can only fail as itself: whatever it does to its pipes, its harness
 or its output is a program verdict; SANDBOX_ERROR, INVALID_INPUT and INTERNAL_ERROR are left to
 real failures of the verifier or of the item.
 
@@ -90,6 +91,11 @@ RunBounded = Callable[[Callable[..., Any], tuple, float], Any]
 MAX_ITEM_TIMEOUT_S = 60.0
 ITEM_SLACK_S = 3.0
 MIN_COMPARE_S = 1.0  # the least time a comparison gets, even at the end of an item's time
+# A stdin/stdout test whose output and expected output are together at most this long is
+# compared on the judge's thread: outputs_match is linear, so this bounds its cost (about
+# 0.1 ms), and it saves a worker's round trip per wrong answer (the jail then runs on into
+# its next test until the verdict kills it).
+INLINE_COMPARE_BYTES = 16 << 10
 DEFAULT_PROFILE = PROFILE_TABLE["default"]
 MAX_PROFILE_ITEM_S = 300.0  # the longest whole-sample budget a profile's rule gives
 MAX_PROGRAM_CHARS = 512 * 1024
@@ -334,11 +340,15 @@ class _Judge:
             )
         out = blobs[0] if blobs else b""
         expected = self.spec.outputs[i]
-        # The cheap sufficient tests run here; anything else runs under a deadline, off this
-        # thread (the program chose this output: millions of numbers, a hash-flooded set, ...).
+        # The cheap sufficient tests, and small stdin/stdout comparisons, run here; anything
+        # else runs under a deadline, off this thread (the program chose this output: millions
+        # of numbers, a hash-flooded set, ...).
         if self.spec.mode == "stdio":
             if stdout_identical(out.decode("utf-8", errors="replace"), expected):
                 return Status.CORRECT, ""
+            if len(out) + len(expected) <= INLINE_COMPARE_BYTES:
+                ok, message = compare_stdout(out, expected)
+                return (Status.CORRECT, "") if ok else (Status.INCORRECT, f"{where}: {message}")
             task: tuple = (compare_stdout, (out, expected))
         else:
             if i not in self._expected_bytes:
