@@ -347,6 +347,7 @@ class Zygote:
                 # The backstop of the run's deadline (nsjail's --time_limit): the verifier
                 # kills the jail at its deadline; this holds if the verifier cannot.
                 jail.kill()
+                jail.backstop = now + 1.0  # again in a second if it is still there then
         left = []
         for name in self.stale:
             for fd, _files in self.cgroups.values():
@@ -365,7 +366,8 @@ class Zygote:
             req = json.loads(msg)
             if len(fds) != 4:
                 raise ValueError(f"a request carries 4 descriptors, got {len(fds)}")
-        except ValueError as e:
+            backstop = time.monotonic() + float(req["backstop_s"])
+        except (ValueError, TypeError, KeyError) as e:
             if report >= 0:
                 _send(report, {"error": f"bad request: {e}"})
             return
@@ -375,8 +377,7 @@ class Zygote:
         # that unshares and forks the PID 1: that is a second process per run, whose fork,
         # copy-on-write faults and exit cost a sixth of a sample's CPU.
         # The child waits on ``go`` for its cgroups (their name needs its pid); the zygote
-        # holds go's write end until it reaps the child: a hang-up tells the child that the
-        # zygote is gone, or refused the run.
+        # holds go's write end until it reaps the child.
         go_r, go_w = os.pipe()
         js.unshare(CLONE_NEWPID)
         try:
@@ -403,8 +404,7 @@ class Zygote:
         js.setns(self.pidns_fd, CLONE_NEWPID)
         os.close(go_r)
         name = f"NSJAIL.{pid}"
-        jail = Jail(pid, name, os.pidfd_open(pid), os.dup(report), go_w,
-                    time.monotonic() + float(req["backstop_s"]))
+        jail = Jail(pid, name, os.pidfd_open(pid), os.dup(report), go_w, backstop)
         self.jails[pid] = jail
         self.poller.register(jail.pidfd, select.POLLIN)
         try:

@@ -484,3 +484,45 @@ def test_a_reaped_jails_uid_is_handed_out_again_without_a_proc_scan(monkeypatch)
         assert len(scans) == first, scans
     finally:
         sb.close()
+
+
+def _direct_run(sb, request_changes: dict, wall_s: float, argv: list[str]):
+    """One run sent to the zygote as the sandbox would send it, but with ``request_changes``
+    applied and the verifier's own deadline at ``wall_s``."""
+    from sandbox import forkserver as forkserver_mod
+
+    uid = sb.uid_pool.acquire(10)
+    try:
+        request = forkserver_mod.run_request(uid, argv, [], SandboxLimits(wall_s=1, cpu_s=30),
+                                             exec_argv=True, cgroup_headroom_mb=256)
+        request.update(request_changes)
+        for k in [k for k, v in request_changes.items() if v is None]:
+            del request[k]
+        return sb.forkserver.run(request, stdin=b"", wall_s=wall_s, output_bytes=1 << 20)
+    finally:
+        sb.uid_pool.release(uid)
+
+
+def test_the_zygotes_backstop_kills_a_jail_the_verifier_does_not(forkserver_sandbox):
+    """nsjail's --time_limit: a jail still running a second past its run's deadline is killed
+    by the zygote itself, whatever the verifier does (here it would wait 60 s)."""
+    sb = forkserver_sandbox
+    assert judge(sb, SUM_OK, SUM_GT).status is Status.CORRECT  # the zygote is up
+    start = time.monotonic()
+    out = _direct_run(sb, {"backstop_s": 1}, 60,
+                      [sb.python, "-I", "-S", "-c", "import time\ntime.sleep(50)"])
+    assert out.returncode == -signal.SIGKILL, out
+    assert time.monotonic() - start < 20
+    assert judge(sb, SUM_OK, SUM_GT).status is Status.CORRECT
+
+
+def test_a_bad_request_costs_only_itself(forkserver_sandbox):
+    """A request the zygote cannot read (no backstop) is refused with a reason on its report
+    socket; the zygote serves the next run."""
+    sb = forkserver_sandbox
+    assert judge(sb, SUM_OK, SUM_GT).status is Status.CORRECT
+    zpid = sb.forkserver.zygote_pid()
+    out = _direct_run(sb, {"backstop_s": None}, 10, [sb.python, "-I", "-S", "-c", "pass"])
+    assert out.spawn_error and "bad request" in out.spawn_error, out
+    assert judge(sb, SUM_OK, SUM_GT).status is Status.CORRECT
+    assert sb.forkserver.zygote_pid() == zpid
