@@ -179,14 +179,13 @@ def write_at(dir_fd, name, value):
 
 class Jail:
     """What the zygote holds of one running jail (its PID 1 is the zygote's child) until it
-    has reaped it: a pidfd of it, the run's report socket, the write end of its ``go`` pipe
-    (see Zygote.start) and the time of its backstop."""
+    has reaped it: a pidfd of it, the run's report socket and the time of its backstop."""
 
-    __slots__ = ("pid", "name", "pidfd", "report", "go_w", "backstop")
+    __slots__ = ("pid", "name", "pidfd", "report", "backstop")
 
-    def __init__(self, pid, name, pidfd, report, go_w, backstop):
+    def __init__(self, pid, name, pidfd, report, backstop):
         self.pid, self.name, self.pidfd = pid, name, pidfd
-        self.report, self.go_w, self.backstop = report, go_w, backstop
+        self.report, self.backstop = report, backstop
 
     def kill(self):
         try:
@@ -203,7 +202,7 @@ class Jail:
         self.close()
 
     def close(self):
-        for fd in (self.pidfd, self.report, self.go_w):
+        for fd in (self.pidfd, self.report):
             os.close(fd)
 
 
@@ -376,8 +375,8 @@ class Zygote:
         # setns takes the zygote's later children back to its own namespace. Why not a child
         # that unshares and forks the PID 1: that is a second process per run, whose fork,
         # copy-on-write faults and exit cost a sixth of a sample's CPU.
-        # The child waits on ``go`` for its cgroups (their name needs its pid); the zygote
-        # holds go's write end until it reaps the child.
+        # The child waits on ``go`` for its cgroups (their name needs its pid); an end of
+        # ``go`` without them tells it that the zygote refused the run.
         go_r, go_w = os.pipe()
         js.unshare(CLONE_NEWPID)
         try:
@@ -404,7 +403,7 @@ class Zygote:
         js.setns(self.pidns_fd, CLONE_NEWPID)
         os.close(go_r)
         name = f"NSJAIL.{pid}"
-        jail = Jail(pid, name, os.pidfd_open(pid), os.dup(report), go_w, backstop)
+        jail = Jail(pid, name, os.pidfd_open(pid), os.dup(report), backstop)
         self.jails[pid] = jail
         self.poller.register(jail.pidfd, select.POLLIN)
         try:
@@ -428,6 +427,8 @@ class Zygote:
         except OSError as e:
             _send(report, {"error": f"cgroups: {e}"})
             jail.kill()
+        finally:
+            os.close(go_w)
 
     # -- one run, in the child: its PID 1 ------------------------------------------------
 

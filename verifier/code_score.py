@@ -44,9 +44,9 @@ Nothing the program sends is trusted or decoded without bounds: the comparisons
 (``verifier/output_compare.py``) never build a container whose cost the program controls, and
 the scorer runs them in worker processes under the item's deadline (``run_bounded``), off the
 server's threads, all but the stdin/stdout comparisons of at most ``INLINE_COMPARE_BYTES``
-(linear in that size: about 0.1 ms on the judge's thread). A program can only fail as itself: whatever it does to its pipes, its harness
-or its output is a program verdict; SANDBOX_ERROR, INVALID_INPUT and INTERNAL_ERROR are left to
-real failures of the verifier or of the item.
+(linear in that size: about 0.1 ms on the judge's thread). A program can only fail as itself:
+whatever it does to its pipes, its harness or its output is a program verdict; SANDBOX_ERROR,
+INVALID_INPUT and INTERNAL_ERROR are left to real failures of the verifier or of the item.
 
 Residual risks (documented in sandbox/README.md): the program sees the INPUTS of all tests of
 its sample (they are in the harness's memory when it forks), and it can kill the evaluator
@@ -193,7 +193,8 @@ _RUN_STATUS = {
 
 def run_inline(fn: Callable[..., Any], args: tuple, deadline_s: float) -> Any:
     """The default ``run_bounded`` of ``score_code``: call ``fn`` in this thread (tests and
-    tools; the scorer passes a worker pool that enforces the deadline)."""
+    tools, and the judge's small stdin/stdout comparisons; the scorer passes a worker pool
+    that enforces the deadline)."""
     return fn(*args)
 
 
@@ -340,16 +341,16 @@ class _Judge:
             )
         out = blobs[0] if blobs else b""
         expected = self.spec.outputs[i]
+        run = self.run_bounded
         # The cheap sufficient tests, and small stdin/stdout comparisons, run here; anything
         # else runs under a deadline, off this thread (the program chose this output: millions
         # of numbers, a hash-flooded set, ...).
         if self.spec.mode == "stdio":
             if stdout_identical(out.decode("utf-8", errors="replace"), expected):
                 return Status.CORRECT, ""
-            if len(out) + len(expected) <= INLINE_COMPARE_BYTES:
-                ok, message = compare_stdout(out, expected)
-                return (Status.CORRECT, "") if ok else (Status.INCORRECT, f"{where}: {message}")
             task: tuple = (compare_stdout, (out, expected))
+            if len(out) + len(expected) <= INLINE_COMPARE_BYTES:
+                run = run_inline
         else:
             if i not in self._expected_bytes:
                 self._expected_bytes[i] = canonical_return(expected)
@@ -358,7 +359,7 @@ class _Judge:
             task = (compare_return, (out, expected, self.spec.taco_outputs, self.numpy_arrays))
         budget = max(self.deadline - time.monotonic(), MIN_COMPARE_S)
         try:
-            ok, message = self.run_bounded(task[0], task[1], budget)
+            ok, message = run(task[0], task[1], budget)
         except DeadlineExceeded:
             return (
                 Status.TIMEOUT,
