@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import json
+import marshal
 import os
 import re
 import resource
@@ -381,7 +381,7 @@ class Forkserver:
         cfg = dict(self.config, root=self._root)
         try:
             self._proc = subprocess.Popen(
-                [self.python, "-I", "-S", str(ZYGOTE), str(theirs.fileno()), json.dumps(cfg)],
+                [self.python, "-I", "-S", str(ZYGOTE), str(theirs.fileno()), marshal.dumps(cfg).hex()],
                 pass_fds=(theirs.fileno(),), env=self.env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         except OSError as e:
@@ -471,7 +471,7 @@ class Forkserver:
                     for attempt in (0, 1):  # a zygote found dead is replaced once
                         sock = self._zygote()
                         try:
-                            socket.send_fds(sock, [json.dumps(request).encode()],
+                            socket.send_fds(sock, [marshal.dumps(request)],
                                             [in_r, out_w, err_w, theirs.fileno()])
                             break
                         except OSError as e:
@@ -616,7 +616,7 @@ class _Drive:
         if not msg:
             poller.unregister(self.report)
             return False
-        rep = json.loads(msg)
+        rep = marshal.loads(msg)  # the zygote's (see Config): both ends are trusted
         if "pid" in rep and fds:
             self.pidfd = fds[0]
             if not self.server._track(self.pidfd):  # closed meanwhile
