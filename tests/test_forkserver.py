@@ -572,3 +572,37 @@ def test_the_zygote_builds_the_compilers_lazy_state_for_every_run():
     cold, warm = faults("cold"), faults("warm")
     assert cold >= 20, f"a cold first compile took only {cold} page faults: nothing to warm"
     assert warm <= 5, f"after warm_interpreter() a compile still took {warm} page faults"
+
+
+SIGNALS_PROBE = r"""
+import signal
+for name in ("SIGTERM", "SIGCHLD", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGINT", "SIGPIPE"):
+    h = signal.getsignal(getattr(signal, name))
+    print(name, "KeyboardInterrupt" if h is signal.default_int_handler else int(h))
+"""
+FRESH_DISPOSITIONS = "".join(f"{name} 0\n" for name in (
+    "SIGTERM", "SIGCHLD", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM")) + "SIGINT KeyboardInterrupt\nSIGPIPE 1\n"
+
+
+@pytest.mark.parametrize("kind", ["forkserver", "nsjail"])
+def test_a_program_starts_with_a_fresh_interpreters_signal_dispositions(kind):
+    """Whatever the verifier ignored when it started the zygote (or nsjail), a program finds
+    every signal at its default as a fresh interpreter does, SIGINT raising KeyboardInterrupt and
+    SIGPIPE ignored: the harness sets them once per process (prepare_process, in the zygote for
+    all its runs), and each test's process inherits them."""
+    ignored = (signal.SIGHUP, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in ignored}
+    try:
+        if kind == "forkserver":
+            sb = create_sandbox("nsjail", forkserver=WarmEntry((HARNESS_PYC, HARNESS_FILE),
+                                                               harness_source()))
+        else:
+            sb = create_sandbox("nsjail", warm=0)
+        try:
+            out = judge(sb, SIGNALS_PROBE, {"inputs": ["", ""], "outputs": [FRESH_DISPOSITIONS] * 2})
+        finally:
+            sb.close()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    assert out.status is Status.CORRECT, out

@@ -76,8 +76,8 @@ def _limits_in_child(cfg, cpu_s):
 
 def spawn(fd_map, body):
     """Fork a child whose descriptors are exactly ``fd_map`` (target fd -> source fd, None for
-    /dev/null), all others closed, default signal handling, then run ``body()``; the child never
-    returns into the harness."""
+    /dev/null), all others closed, default signal handling (``prepare_process``; SIGINT raises
+    KeyboardInterrupt), then run ``body()``; the child never returns into the harness."""
     pid = os.fork()
     if pid:
         if not PID1:
@@ -89,7 +89,7 @@ def spawn(fd_map, body):
     try:
         if not PID1:
             os.setpgid(0, 0)
-        devnull = os.open("/dev/null", os.O_RDWR)
+        devnull = os.open("/dev/null", os.O_RDWR) if None in fd_map.values() else -1
         top = max(fd_map) + 1 if fd_map else 3
         # Move sources out of the way first so that dup2 cannot clobber one with another.
         moved = {}
@@ -99,17 +99,9 @@ def spawn(fd_map, body):
         for target, src in moved.items():
             os.dup2(src, target)
         os.closerange(top, 1 << 16)
-        for sig in (
-            signal.SIGTERM,
-            signal.SIGCHLD,
-            signal.SIGHUP,
-            signal.SIGUSR1,
-            signal.SIGUSR2,
-            signal.SIGALRM,
-        ):
-            signal.signal(sig, signal.SIG_DFL)
+        # Every other signal is as prepare_process() left it in the harness: at its default,
+        # SIGPIPE ignored (as in any Python program).
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as in any Python program
         body()
     except:  # noqa: E722 - bare: the program may have rebound BaseException in our globals
         pass

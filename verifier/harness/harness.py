@@ -715,8 +715,8 @@ def _limits_in_child(cfg, cpu_s):
 
 def spawn(fd_map, body):
     """Fork a child whose descriptors are exactly ``fd_map`` (target fd -> source fd, None for
-    /dev/null), all others closed, default signal handling, then run ``body()``; the child never
-    returns into the harness."""
+    /dev/null), all others closed, default signal handling (``prepare_process``; SIGINT raises
+    KeyboardInterrupt), then run ``body()``; the child never returns into the harness."""
     pid = os.fork()
     if pid:
         if not PID1:
@@ -728,7 +728,7 @@ def spawn(fd_map, body):
     try:
         if not PID1:
             os.setpgid(0, 0)
-        devnull = os.open("/dev/null", os.O_RDWR)
+        devnull = os.open("/dev/null", os.O_RDWR) if None in fd_map.values() else -1
         top = max(fd_map) + 1 if fd_map else 3
         # Move sources out of the way first so that dup2 cannot clobber one with another.
         moved = {}
@@ -738,17 +738,9 @@ def spawn(fd_map, body):
         for target, src in moved.items():
             os.dup2(src, target)
         os.closerange(top, 1 << 16)
-        for sig in (
-            signal.SIGTERM,
-            signal.SIGCHLD,
-            signal.SIGHUP,
-            signal.SIGUSR1,
-            signal.SIGUSR2,
-            signal.SIGALRM,
-        ):
-            signal.signal(sig, signal.SIG_DFL)
+        # Every other signal is as prepare_process() left it in the harness: at its default,
+        # SIGPIPE ignored (as in any Python program).
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as in any Python program
         body()
     except:  # noqa: E722 - bare: the program may have rebound BaseException in our globals
         pass
@@ -2577,12 +2569,31 @@ class _Quitter:
         raise SystemExit(code)
 
 
-def main():
+PREPARED = False  # prepare_process() ran (in this process, or in the zygote it was forked from)
+
+
+def prepare_process():
+    """Once per harness process, before its first test: the signal dispositions that its
+    tests' processes start from, which ``spawn`` then leaves alone but for SIGINT (every signal
+    a Python program finds at its default, whatever this process inherited; SIGINT ignored
+    here, and SIGPIPE as in any Python program), and ``exit``/``quit`` as ``site`` defines
+    them. The forkserver's zygote runs it once for all its runs (sandbox/zygote.py): set in
+    each test's process, it cost every test 8 system calls and their copy-on-write faults."""
+    global PREPARED
+    for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
+                signal.SIGALRM):
+        signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     for name in ("exit", "quit"):
         if not hasattr(builtins, name):
             setattr(builtins, name, _Quitter(name))
+    PREPARED = True
+
+
+def main():
+    if not PREPARED:
+        prepare_process()
     if sys.argv[1:] == ["--program"]:
         program_main()
         return

@@ -1193,12 +1193,31 @@ class _Quitter:
         raise SystemExit(code)
 
 
-def main():
+PREPARED = False  # prepare_process() ran (in this process, or in the zygote it was forked from)
+
+
+def prepare_process():
+    """Once per harness process, before its first test: the signal dispositions that its
+    tests' processes start from, which ``spawn`` then leaves alone but for SIGINT (every signal
+    a Python program finds at its default, whatever this process inherited; SIGINT ignored
+    here, and SIGPIPE as in any Python program), and ``exit``/``quit`` as ``site`` defines
+    them. The forkserver's zygote runs it once for all its runs (sandbox/zygote.py): set in
+    each test's process, it cost every test 8 system calls and their copy-on-write faults."""
+    global PREPARED
+    for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
+                signal.SIGALRM):
+        signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     for name in ("exit", "quit"):
         if not hasattr(builtins, name):
             setattr(builtins, name, _Quitter(name))
+    PREPARED = True
+
+
+def main():
+    if not PREPARED:
+        prepare_process()
     if sys.argv[1:] == ["--program"]:
         program_main()
         return
