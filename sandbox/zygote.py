@@ -199,11 +199,11 @@ class Jail:
     """What the zygote holds of one running jail (its PID 1 is the zygote's child) until it
     has reaped it: a pidfd of it, the run's report socket and the time of its backstop."""
 
-    __slots__ = ("pid", "name", "pidfd", "report", "backstop")
+    __slots__ = ("pid", "name", "pidfd", "report", "backstop", "cpu")
 
-    def __init__(self, pid, name, pidfd, report, backstop):
+    def __init__(self, pid, name, pidfd, report, backstop, cpu):
         self.pid, self.name, self.pidfd = pid, name, pidfd
-        self.report, self.backstop = report, backstop
+        self.report, self.backstop, self.cpu = report, backstop, cpu
 
     def kill(self):
         try:
@@ -247,6 +247,8 @@ class Zygote:
         self.harness_module = None
         self.keep_modules = HARNESS_MODULES
         self.jails = {}  # the PID 1 of each running jail -> its Jail, until reaped
+        self.cpus = sorted(os.sched_getaffinity(0))  # where the jails may run (see place())
+        self.placed = 0
         self.stale = []  # cgroup names whose removal failed (processes still exiting)
         self._build_root(cfg)
 
@@ -333,6 +335,26 @@ class Zygote:
                         os.close(fd)
             self.reap()
 
+    def place(self):
+        """The CPU the next jail runs on: the one with the fewest jails running. A jail's
+        processes hand over to each other all the time (its PID 1 forks a test, waits for its
+        end, signs its record, forks the next), and on one CPU each hand-over is a switch on
+        that CPU instead of waking another one (an inter-processor interrupt and a virtual
+        CPU's exit from idle, on a VM) and moving the process's memory between caches: +8-10%
+        samples per second with two jails on two cores (issue 29). Each jail may use one CPU's
+        worth of time anyway (its cgroup's CPU quota), and it takes no CPU from the others: a
+        program may set its own affinity to any CPU of the service's."""
+        self.reap()  # a jail that has ended runs nowhere
+        load = dict.fromkeys(self.cpus, 0)
+        for jail in self.jails.values():
+            if jail.cpu in load:
+                load[jail.cpu] += 1
+        # Ties go round the CPUs, so that on a machine with more CPUs than jails they all
+        # take a turn (and their interrupts spread) rather than the first few.
+        self.placed += 1
+        turn = self.cpus[self.placed % len(self.cpus):] + self.cpus[:self.placed % len(self.cpus)]
+        return min(turn, key=load.__getitem__)
+
     def wait_ms(self):
         """How long the loop may sleep: until the nearest jail's backstop, 200 ms while a
         cgroup waits to be removed, for ever when nothing runs."""
@@ -403,6 +425,7 @@ class Zygote:
         # The child waits on ``go`` for its cgroups (their name needs its pid); an end of
         # ``go`` without them tells it that the zygote refused the run.
         go_r, go_w = os.pipe()
+        cpu = self.place()
         js.unshare(CLONE_NEWPID)
         try:
             pid = os.fork()
@@ -417,6 +440,10 @@ class Zygote:
             try:
                 os.close(go_w)
                 os.close(self.sock_fd)  # the verifier's channel stays the zygote's alone
+                try:
+                    os.sched_setaffinity(0, (cpu,))  # the jail's processes inherit it
+                except OSError:  # the CPU went offline: a placement, not a limit
+                    pass
                 for jail in self.jails.values():  # nor any other run's
                     jail.close()
                 self.jails.clear()
@@ -428,7 +455,7 @@ class Zygote:
         js.setns(self.pidns_fd, CLONE_NEWPID)
         os.close(go_r)
         name = f"NSJAIL.{pid}"
-        jail = Jail(pid, name, os.pidfd_open(pid), os.dup(report), backstop)
+        jail = Jail(pid, name, os.pidfd_open(pid), os.dup(report), backstop, cpu)
         self.jails[pid] = jail
         self.poller.register(jail.pidfd, select.POLLIN)
         try:

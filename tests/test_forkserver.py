@@ -581,7 +581,8 @@ for name in ("SIGTERM", "SIGCHLD", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "S
     print(name, "KeyboardInterrupt" if h is signal.default_int_handler else int(h))
 """
 FRESH_DISPOSITIONS = "".join(f"{name} 0\n" for name in (
-    "SIGTERM", "SIGCHLD", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM")) + "SIGINT KeyboardInterrupt\nSIGPIPE 1\n"
+    "SIGTERM", "SIGCHLD", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM"))
+FRESH_DISPOSITIONS += "SIGINT KeyboardInterrupt\nSIGPIPE 1\n"
 
 
 @pytest.mark.parametrize("kind", ["forkserver", "nsjail"])
@@ -599,10 +600,45 @@ def test_a_program_starts_with_a_fresh_interpreters_signal_dispositions(kind):
         else:
             sb = create_sandbox("nsjail", warm=0)
         try:
-            out = judge(sb, SIGNALS_PROBE, {"inputs": ["", ""], "outputs": [FRESH_DISPOSITIONS] * 2})
+            gt = {"inputs": ["", ""], "outputs": [FRESH_DISPOSITIONS] * 2}
+            out = judge(sb, SIGNALS_PROBE, gt)
         finally:
             sb.close()
     finally:
         for s, h in old.items():
             signal.signal(s, h)
     assert out.status is Status.CORRECT, out
+
+
+AFFINITY_PROBE = r"""
+import os, time
+print(sorted(os.sched_getaffinity(0)))
+time.sleep(1.5)  # the other jail starts meanwhile, even on a loaded machine
+os.sched_setaffinity(0, range(64))  # its own placement: a program may widen it
+print(len(os.sched_getaffinity(0)))
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to place jails on")
+def test_jails_running_at_once_are_placed_on_different_cpus(own_forkserver_sandbox):
+    """The zygote runs each jail on the CPU with the fewest jails running (Zygote.place): a
+    jail's processes hand over to each other on one CPU, and two jails at once do not share
+    one while another idles. A placement, not a limit: a program may set its own affinity."""
+    sb = own_forkserver_sandbox
+    assert judge(sb, SUM_OK, SUM_GT).status is Status.CORRECT  # the zygote is up
+    seen: list[str] = []
+
+    def run() -> None:
+        argv = [sb.python, "-I", "-S", "-c", AFFINITY_PROBE]
+        r = _direct_run(sb, {"backstop_s": 10}, 20, argv)
+        seen.append(r.stdout.decode())
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    cpus = [json.loads(out.splitlines()[0]) for out in seen]
+    assert all(len(c) == 1 for c in cpus), seen
+    assert cpus[0] != cpus[1], f"two jails at once were both placed on CPU {cpus[0]}"
+    assert all(int(out.splitlines()[1]) >= 2 for out in seen), seen
