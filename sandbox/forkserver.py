@@ -381,7 +381,8 @@ class Forkserver:
         cfg = dict(self.config, root=self._root)
         try:
             self._proc = subprocess.Popen(
-                [self.python, "-I", "-S", str(ZYGOTE), str(theirs.fileno()), marshal.dumps(cfg).hex()],
+                [self.python, "-I", "-S", str(ZYGOTE), str(theirs.fileno()),
+                 marshal.dumps(cfg).hex()],
                 pass_fds=(theirs.fileno(),), env=self.env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         except OSError as e:

@@ -5,8 +5,9 @@ It runs the jails' own interpreter (``python3 -I -S``, nothing imported but what
 root, started by the verifier with the policy's environment and two arguments: the descriptor
 of its end of a ``SOCK_SEQPACKET`` socket pair, and its configuration (sandbox/forkserver.py's
 ``zygote_config``), marshalled and in hex; requests and reports are marshalled too (both ends
-are trusted: the verifier, and the zygote or a run's PID 1 before the run's code starts). It never runs untrusted code: each run happens in a child of it, and
-nothing of a run flows through it (the run's pipes go from the verifier straight to the jail).
+are trusted: the verifier, and the zygote or a run's PID 1 before the run's code starts). It
+never runs untrusted code: each run happens in a child of it, and nothing of a run flows
+through it (the run's pipes go from the verifier straight to the jail).
 
 Once, at its start: a mount namespace of its own whose root is a fresh tmpfs holding the
 policy's read-only mounts (``/usr``, ``/lib``, ``/lib64``, ``/bin``, the devices) and the
@@ -20,14 +21,16 @@ Per run (a request packet with four descriptors: the run's stdin, stdout and std
 report socket), in nsjail's order:
 
 1. the zygote unshares a new PID namespace for its next child only and forks the run's PID 1
-   into it (then goes back to its own with ``setns``); it makes the run's cgroups (memory,
-   pids and cpu, the limits nsjail writes, named ``NSJAIL.<PID 1's outside pid>`` as nsjail
-   names them, so that cgroups.py's sweep knows them), sends the verifier the PID 1's pid with
-   a pidfd of it (the verifier kills the jail with it: killing a PID namespace's init kills the
-   namespace), and lets the child go; the child enters its cgroups;
+   into it (then goes back to its own with ``setns``), on the CPU with the fewest jails
+   running (``Zygote.place``: the PID 1's affinity, which its processes inherit); it makes the
+   run's cgroups (memory, pids and cpu, the limits nsjail writes, named
+   ``NSJAIL.<PID 1's outside pid>`` as nsjail names them, so that cgroups.py's sweep knows
+   them), sends the verifier the PID 1's pid with a pidfd of it (the verifier kills the jail
+   with it: killing a PID namespace's init kills the namespace), and lets the child go; the
+   child enters its cgroups;
 2. its outside uid (from the verifier's pool): root's capabilities go with it; the parent-death
-   signal; a new user namespace in which that uid is 65534, groups denied (nsjail's
-   ``--user 65534:<uid>:1``);
+   signal, then a check on the zygote's pidfd that the zygote has not ended; a new user
+   namespace in which that uid is 65534, groups denied (nsjail's ``--user 65534:<uid>:1``);
 3. new mount, network, IPC, UTS and cgroup namespaces; the scratch tmpfs on ``/tmp`` (the
    run's size and inode limits); the run's input files copied into it and made read-only
    (bound onto themselves); the hostname;
@@ -340,7 +343,7 @@ class Zygote:
         processes hand over to each other all the time (its PID 1 forks a test, waits for its
         end, signs its record, forks the next), and on one CPU each hand-over is a switch on
         that CPU instead of waking another one (an inter-processor interrupt and a virtual
-        CPU's exit from idle, on a VM) and moving the process's memory between caches: +8-10%
+        CPU's exit from idle, on a VM) and moving the process's memory between caches: +7-10%
         samples per second with two jails on two cores (issue 29). Each jail may use one CPU's
         worth of time anyway (its cgroup's CPU quota), and it takes no CPU from the others: a
         program may set its own affinity to any CPU of the service's."""
@@ -352,8 +355,8 @@ class Zygote:
         # Ties go round the CPUs, so that on a machine with more CPUs than jails they all
         # take a turn (and their interrupts spread) rather than the first few.
         self.placed += 1
-        turn = self.cpus[self.placed % len(self.cpus):] + self.cpus[:self.placed % len(self.cpus)]
-        return min(turn, key=load.__getitem__)
+        k = self.placed % len(self.cpus)
+        return min(self.cpus[k:] + self.cpus[:k], key=load.__getitem__)
 
     def wait_ms(self):
         """How long the loop may sleep: until the nearest jail's backstop, 200 ms while a

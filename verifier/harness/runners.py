@@ -1202,7 +1202,7 @@ def prepare_process():
     a Python program finds at its default, whatever this process inherited; SIGINT ignored
     here, and SIGPIPE as in any Python program), and ``exit``/``quit`` as ``site`` defines
     them. The forkserver's zygote runs it once for all its runs (sandbox/zygote.py): set in
-    each test's process, it cost every test 8 system calls and their copy-on-write faults."""
+    each test's process, it cost every test 7 system calls and their copy-on-write faults."""
     global PREPARED
     for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
                 signal.SIGALRM):
