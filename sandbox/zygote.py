@@ -21,9 +21,9 @@ Per run (a request packet with four descriptors: the run's stdin, stdout and std
 report socket), in nsjail's order:
 
 1. the zygote unshares a new PID namespace for its next child only and forks the run's PID 1
-   into it (then goes back to its own with ``setns``), on the CPU with the fewest jails
-   running (``Zygote.place``: the PID 1's affinity, which its processes inherit); it makes the
-   run's cgroups (memory, pids and cpu, the limits nsjail writes, named
+   into it (then goes back to its own with ``setns``), on a CPU no other running jail has,
+   if one is left (``Zygote.place``: the PID 1's affinity, which its processes inherit); it
+   makes the run's cgroups (memory, pids and cpu, the limits nsjail writes, named
    ``NSJAIL.<PID 1's outside pid>`` as nsjail names them, so that cgroups.py's sweep knows
    them), sends the verifier the PID 1's pid with a pidfd of it (the verifier kills the jail
    with it: killing a PID namespace's init kills the namespace), and lets the child go; the
@@ -339,24 +339,26 @@ class Zygote:
             self.reap()
 
     def place(self):
-        """The CPU the next jail runs on: the one with the fewest jails running. A jail's
-        processes hand over to each other all the time (its PID 1 forks a test, waits for its
-        end, signs its record, forks the next), and on one CPU each hand-over is a switch on
-        that CPU instead of waking another one (an inter-processor interrupt and a virtual
-        CPU's exit from idle, on a VM) and moving the process's memory between caches: +7-10%
-        samples per second with two jails on two cores (issue 29). Each jail may use one CPU's
-        worth of time anyway (its cgroup's CPU quota), and it takes no CPU from the others: a
-        program may set its own affinity to any CPU of the service's."""
+        """The CPU the next jail runs on: one that no running jail has, or None (any CPU) when
+        every CPU has one. A jail's processes hand over to each other all the time (its PID 1
+        forks a test, waits for its end, signs its record, forks the next), and on one CPU each
+        hand-over is a switch on that CPU instead of waking another one (an inter-processor
+        interrupt and a virtual CPU's exit from idle, on a VM) and moving the process's memory
+        between caches: +7-10% samples per second with two jails on two cores (issue 29). Each
+        jail may use one CPU's worth of time anyway (its cgroup's CPU quota), and takes none
+        from the others; a program may set its own affinity to any CPU of the service's. With
+        more jails than CPUs (``--code-concurrency`` above the cores) the extra ones are not
+        placed: pinned two to a CPU, two CPU-heavy tests would share one while another idles,
+        and the scheduler balances unplaced ones."""
         self.reap()  # a jail that has ended runs nowhere
-        load = dict.fromkeys(self.cpus, 0)
-        for jail in self.jails.values():
-            if jail.cpu in load:
-                load[jail.cpu] += 1
-        # Ties go round the CPUs, so that on a machine with more CPUs than jails they all
-        # take a turn (and their interrupts spread) rather than the first few.
+        taken = {jail.cpu for jail in self.jails.values()}
+        free = [c for c in self.cpus if c not in taken]
+        if not free:
+            return None
+        # Free CPUs take turns, so that on a machine with more CPUs than jails they all do
+        # (and their interrupts spread) rather than the first few.
         self.placed += 1
-        k = self.placed % len(self.cpus)
-        return min(self.cpus[k:] + self.cpus[:k], key=load.__getitem__)
+        return free[self.placed % len(free)]
 
     def wait_ms(self):
         """How long the loop may sleep: until the nearest jail's backstop, 200 ms while a
@@ -443,10 +445,11 @@ class Zygote:
             try:
                 os.close(go_w)
                 os.close(self.sock_fd)  # the verifier's channel stays the zygote's alone
-                try:
-                    os.sched_setaffinity(0, (cpu,))  # the jail's processes inherit it
-                except OSError:  # the CPU went offline: a placement, not a limit
-                    pass
+                if cpu is not None:
+                    try:
+                        os.sched_setaffinity(0, (cpu,))  # the jail's processes inherit it
+                    except OSError:  # the CPU went offline: a placement, not a limit
+                        pass
                 for jail in self.jails.values():  # nor any other run's
                     jail.close()
                 self.jails.clear()

@@ -619,12 +619,8 @@ print(len(os.sched_getaffinity(0)))
 """
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to place jails on")
-def test_jails_running_at_once_are_placed_on_different_cpus(own_forkserver_sandbox):
-    """The zygote runs each jail on the CPU with the fewest jails running (Zygote.place): a
-    jail's processes hand over to each other on one CPU, and two jails at once do not share
-    one while another idles. A placement, not a limit: a program may set its own affinity."""
-    sb = own_forkserver_sandbox
+def _affinities_of_jails_at_once(sb, n: int) -> list[tuple[list[int], int]]:
+    """Run ``n`` jails of AFFINITY_PROBE at once: each one's (affinity, count after widening)."""
     assert judge(sb, SUM_OK, SUM_GT).status is Status.CORRECT  # the zygote is up
     seen: list[str] = []
 
@@ -633,12 +629,34 @@ def test_jails_running_at_once_are_placed_on_different_cpus(own_forkserver_sandb
         r = _direct_run(sb, {"backstop_s": 10}, 20, argv)
         seen.append(r.stdout.decode())
 
-    threads = [threading.Thread(target=run) for _ in range(2)]
+    threads = [threading.Thread(target=run) for _ in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    cpus = [json.loads(out.splitlines()[0]) for out in seen]
-    assert all(len(c) == 1 for c in cpus), seen
+    assert len(seen) == n and all(len(out.splitlines()) == 2 for out in seen), seen
+    return [(json.loads(out.splitlines()[0]), int(out.splitlines()[1])) for out in seen]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to place jails on")
+def test_jails_running_at_once_are_placed_on_different_cpus(own_forkserver_sandbox):
+    """The zygote runs each jail on a CPU no other running jail has (Zygote.place): a jail's
+    processes hand over to each other on one CPU, and two jails at once do not share one while
+    another idles. A placement, not a limit: a program may set its own affinity."""
+    got = _affinities_of_jails_at_once(own_forkserver_sandbox, 2)
+    cpus = [c for c, _ in got]
+    assert all(len(c) == 1 for c in cpus), got
     assert cpus[0] != cpus[1], f"two jails at once were both placed on CPU {cpus[0]}"
-    assert all(int(out.splitlines()[1]) >= 2 for out in seen), seen
+    assert all(widened >= 2 for _, widened in got), got
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to tell placed jails")
+def test_jails_beyond_the_cpus_are_not_placed(own_forkserver_sandbox):
+    """With more jails at once than CPUs (``--code-concurrency`` above the cores), each CPU
+    holds one placed jail and the others run anywhere: two pinned to one CPU would share it
+    while another idled, and the scheduler balances the unplaced ones."""
+    every = sorted(os.sched_getaffinity(0))
+    got = _affinities_of_jails_at_once(own_forkserver_sandbox, len(every) + 1)
+    placed = [c[0] for c, _ in got if len(c) == 1]
+    assert sorted(placed) == every, got
+    assert [c for c, _ in got if len(c) != 1] == [every], got
