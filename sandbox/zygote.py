@@ -308,9 +308,9 @@ class Zygote:
         # tests' automatic ones) never walk it, so never write to its pages, each of which a
         # fork would then copy (a full collection of the loaded harness in a fork: 1.3-2 ms).
         # Frozen objects are not in gc.get_objects() either.
-        ZYGOTE_MODULES.extend(m for n, m in sys.modules.items() if n not in self.keep_modules)
         # What each run's PID 1 drops from sys.modules (become_harness), listed once here.
         self.drop_modules = [n for n in sys.modules if n not in self.keep_modules]
+        ZYGOTE_MODULES.extend(sys.modules[n] for n in self.drop_modules)
         warm_interpreter()
         gc.collect()
         gc.freeze()
