@@ -128,12 +128,18 @@ def nsjail_sandbox():
     sb.close()
 
 
+def new_forkserver_sandbox():
+    """A new nsjail sandbox with a forkserver (sandbox/forkserver.py): the harness's jails are
+    forked from a zygote, as ``verifier serve --forkserver`` has them. Its zygote starts at its
+    first run."""
+    return create_sandbox("nsjail", forkserver=WarmEntry((HARNESS_PYC, HARNESS_FILE),
+                                                         harness_source()))
+
+
 @pytest.fixture(scope="session")
 def forkserver_sandbox():
-    """The nsjail sandbox with a forkserver (sandbox/forkserver.py): the harness's jails are
-    forked from a zygote, as ``verifier serve --forkserver`` has them."""
-    sb = create_sandbox("nsjail", forkserver=WarmEntry((HARNESS_PYC, HARNESS_FILE),
-                                                       harness_source()))
+    """The forkserver sandbox of the code and attack tests (``new_forkserver_sandbox``)."""
+    sb = new_forkserver_sandbox()
     yield sb
     sb.close()
 

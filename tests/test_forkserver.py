@@ -19,6 +19,7 @@ from tests.conftest_sandbox import (  # noqa: F401
     SUM_GT,
     SUM_OK,
     forkserver_sandbox,
+    new_forkserver_sandbox,
     nsjail_sandbox,
     respond,
 )
@@ -219,8 +220,7 @@ def test_a_prebuilt_jailsys_named_by_the_environment_is_used(tmp_path, monkeypat
     out = build_jailsys(python, str(tmp_path / "b"))
     assert os.path.basename(out) == "_jailsys.so"
     assert open(out, "rb").read() == prebuilt.read_bytes()
-    sb = create_sandbox("nsjail", forkserver=WarmEntry((HARNESS_PYC, HARNESS_FILE),
-                                                       harness_source()))
+    sb = new_forkserver_sandbox()
     try:
         assert judge(sb, SUM_OK, SUM_GT).status is Status.CORRECT
     finally:
@@ -321,8 +321,7 @@ def test_a_crashing_jail_costs_only_itself(forkserver_sandbox):
 def test_close_cancels_forked_runs_promptly():
     """close() during a forked run kills its jail: the run returns at once, cancelled, and the
     zygote is gone."""
-    sb = create_sandbox("nsjail", forkserver=WarmEntry((HARNESS_PYC, HARNESS_FILE),
-                                                       harness_source()))
+    sb = new_forkserver_sandbox()
     try:
         assert judge(sb, SUM_OK, SUM_GT).status is Status.CORRECT
         zpid = sb.forkserver.zygote_pid()
@@ -508,8 +507,7 @@ def _direct_run(sb, request_changes: dict, wall_s: float, argv: list[str]):
 @pytest.fixture()
 def own_forkserver_sandbox():
     """A forkserver sandbox of this test's own (the module's is closed by an earlier test)."""
-    sb = create_sandbox("nsjail", forkserver=WarmEntry((HARNESS_PYC, HARNESS_FILE),
-                                                       harness_source()))
+    sb = new_forkserver_sandbox()
     yield sb
     sb.close()
 
@@ -595,8 +593,7 @@ def test_a_program_starts_with_a_fresh_interpreters_signal_dispositions(kind):
     old = {s: signal.signal(s, signal.SIG_IGN) for s in ignored}
     try:
         if kind == "forkserver":
-            sb = create_sandbox("nsjail", forkserver=WarmEntry((HARNESS_PYC, HARNESS_FILE),
-                                                               harness_source()))
+            sb = new_forkserver_sandbox()
         else:
             sb = create_sandbox("nsjail", warm=0)
         try:
