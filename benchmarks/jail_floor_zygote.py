@@ -296,6 +296,7 @@ def main():
                 if inner == 0:
                     code = 2
                     try:
+                        os.setsid()  # the jail's own session, as nsjail's (issue 45)
                         enter_limits(lim)
                         if piped:
                             os.close(in_w)

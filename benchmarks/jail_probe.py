@@ -1,7 +1,10 @@
-"""What a sandboxed program sees of its jail, as one JSON line: ids, PID, hostname, cwd,
-environment, umask, root and /dev listings, every rlimit, open descriptors, blocked signals,
-``no_new_privs``, dumpability, which paths it can write, and the errno of each syscall the
-policy's seccomp filter denies (and of a few that the missing capabilities deny).
+"""What a sandboxed program sees of its jail, as one JSON line: ids, PID, session and process
+group (and what ``setsid``/``setpgid`` answer), hostname, cwd, environment, umask, root and /dev
+listings, every rlimit, open descriptors, blocked signals, ``no_new_privs``, dumpability, CPU
+affinity and ``os.cpu_count()``, each mount's flags and size, its input files' modes, which
+paths it can write, and the errno of each syscall the policy's seccomp filter denies (and of a
+few that the missing capabilities deny). Its input files, when given, are ``/tmp/in.txt`` and
+``/tmp/in.bin``.
 
 bench_jail_floor.py runs it in an nsjail jail and in a zygote jail and stops when they differ:
 the zygote's numbers stand for a forkserver only while its jails are nsjail's. Run by the jail's
@@ -43,6 +46,44 @@ for fd in range(256):
 out["fds"] = fds
 
 
+def errno_of(call, *args):
+    try:
+        call(*args)
+        return "ok"
+    except OSError as e:
+        return e.strerror
+
+
+# Session and process group: the jail's own (nsjail's setsid), never the verifier's. setsid
+# and setpgid are tried after they are read: a session leader's answer is EPERM either way.
+out["session"] = [os.getsid(0), os.getpgid(0), os.getpgrp()]
+out["setsid"] = errno_of(os.setsid)
+out["setpgid"] = errno_of(os.setpgid, 0, 0)
+out["affinity"] = sorted(os.sched_getaffinity(0))
+out["cpu_count"] = os.cpu_count()
+out["sched_setaffinity"] = errno_of(os.sched_setaffinity, 0, out["affinity"])
+# Each mount point's flags (ST_RDONLY 1, ST_NOSUID 2, ST_NODEV 4, ST_NOEXEC 8, ...) and, for
+# the scratch tmpfs, its size and inode caps.
+mounts = {}
+for p in ("/", "/usr", "/lib", "/lib64", "/bin", "/tmp", "/dev/null", "/dev/zero",
+          "/dev/urandom", "/dev/random", "/tmp/in.txt", "/tmp/in.bin"):
+    try:
+        v = os.statvfs(p)
+    except OSError as e:
+        mounts[p] = e.strerror
+        continue
+    mounts[p] = [v.f_flag, v.f_bsize, v.f_blocks, v.f_files] if p == "/tmp" else v.f_flag
+out["mounts"] = mounts
+files = {}
+for p in ("/tmp/in.txt", "/tmp/in.bin"):
+    try:
+        st = os.stat(p)
+        files[p] = [oct(st.st_mode), st.st_uid, st.st_gid, st.st_size, st.st_nlink]
+    except OSError as e:
+        files[p] = e.strerror
+out["files"] = files
+
+
 def w(path):
     try:
         open(path, "w").close(); return "ok"
@@ -50,7 +91,7 @@ def w(path):
         return e.strerror
 
 
-out["write"] = {p: w(p) for p in ("/tmp/x", "/usr/x", "/x", "/dev/null")}
+out["write"] = {p: w(p) for p in ("/tmp/x", "/usr/x", "/x", "/dev/null", "/tmp/in.txt")}
 out["syscalls"] = {
     "ptrace": sc(101, 16, 1, 0, 0), "process_vm_readv": sc(310, 1, 0, 0, 0, 0, 0),
     "unshare": sc(272, 0), "mount": sc(165, 0, 0, 0, 0, 0), "chroot": sc(161, 0),

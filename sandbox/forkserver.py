@@ -61,6 +61,11 @@ ZYGOTE_REAP_S = 3.0
 """When the verifier closes its channel, how long the zygote waits for the jails it kills to
 end, removing their cgroups, before it exits."""
 
+PLACEMENT_VIEW = ("affinity", "cpu_count")
+"""What a program sees of its jail's CPU placement (benchmarks/jail_probe.py's keys): one CPU in
+a forked jail, every CPU of the service's in nsjail's. The one way the two jails differ to a
+program; it cannot change it (sandbox/README.md "Placement")."""
+
 _PTRACE_SEIZE, _PTRACE_INTERRUPT, _PTRACE_DETACH = 0x4206, 0x4207, 17
 _PTRACE_SECCOMP_GET_FILTER = 0x420C
 _WALL = 0x40000000

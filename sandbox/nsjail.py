@@ -70,7 +70,7 @@ from .process import (
 
 log = logging.getLogger(__name__)
 
-POLICY_VERSION = 4
+POLICY_VERSION = 5
 SANDBOX_UID = 65534
 """The uid (and gid) of the program INSIDE every jail. Outside, each run is a uid of its own
 from the pool (``uid_pool``), or 65534 too in single-uid mode."""

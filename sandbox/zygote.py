@@ -28,7 +28,7 @@ report socket), in nsjail's order:
    them), sends the verifier the PID 1's pid with a pidfd of it (the verifier kills the jail
    with it: killing a PID namespace's init kills the namespace), and lets the child go; the
    child enters its cgroups;
-2. its outside uid (from the verifier's pool): root's capabilities go with it; the parent-death
+2. a session of its own (``setsid``, as nsjail's ``skip_setsid: false``); its outside uid (from the verifier's pool): root's capabilities go with it; the parent-death
    signal, then a check on the zygote's pidfd that the zygote has not ended; a new user
    namespace in which that uid is 65534, groups denied (nsjail's ``--user 65534:<uid>:1``);
 3. new mount, network, IPC, UTS and cgroup namespaces; the scratch tmpfs on ``/tmp`` (the
@@ -36,8 +36,8 @@ report socket), in nsjail's order:
    (bound onto themselves); the hostname;
 4. it takes the run's pipes as 0, 1 and 2 and closes every other descriptor, sets the policy's
    and the run's rlimits, ``/tmp`` as cwd, the policy's environment, drops every capability
-   (effective, permitted, inheritable, ambient, bounding), sets ``no_new_privs``, loads the
-   seccomp filter, and then execs the run's argv, or runs the loaded harness's ``main()``.
+   (effective, permitted, inheritable, ambient, bounding), makes itself dumpable again (as an
+   exec'd process under nsjail is), sets ``no_new_privs``, loads the seccomp filter, and then execs the run's argv, or runs the loaded harness's ``main()``.
 
 The zygote reaps each PID 1, reports on the report socket its wait status and the CPU and peak
 memory of the jail's processes (``wait4``), removes its cgroups, and kills a jail that outlives
@@ -152,13 +152,14 @@ def compile_apart(path):
 
 
 def copy_file(dir_fd, src, dst):
-    """``src`` (under ``dir_fd``) copied to a new read-only file ``dst`` by the kernel
-    (``sendfile``: no buffer of ours, whose pages each run would fault in)."""
+    """``src`` (under ``dir_fd``) copied to a new file ``dst`` by the kernel (``sendfile``: no
+    buffer of ours, whose pages each run would fault in), mode 0644 as nsjail's staged input
+    files are (the caller binds it read-only: the mount, not the mode, keeps it unwritten)."""
     fd = os.open(src, os.O_RDONLY, dir_fd=dir_fd)
     try:
-        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            os.fchmod(out, 0o444)  # whatever the umask
+            os.fchmod(out, 0o644)  # whatever the umask
             size, off = os.fstat(fd).st_size, 0
             while off < size:
                 sent = os.sendfile(out, fd, off, size - off)
@@ -185,6 +186,11 @@ def enter_seccomp(bpf):
     permitted, inheritable), ``no_new_privs``, the seccomp filter ``bpf`` loaded, and _jailsys
     sealed (each of its calls refuses from now on, here and in every fork)."""
     js.drop_capabilities()
+    # Dumpable again, as an exec'd process under nsjail is (exec resets the flag; the harness
+    # here is never exec'd): its processes then look like nsjail's from outside (their /proc
+    # entries are the run's uid's, not root's). Nothing in the jail can use it: ptrace and
+    # process_vm_* are refused by the filter, there is no /proc, and no core is written.
+    js.set_dumpable(True)
     js.set_no_new_privs()
     js.seccomp_load(bpf)
     js.seal()
@@ -346,7 +352,8 @@ class Zygote:
         interrupt and a virtual CPU's exit from idle, on a VM) and moving the process's memory
         between caches: +7-10% samples per second with two jails on two cores (issue 29). Each
         jail may use one CPU's worth of time anyway (its cgroup's CPU quota), and takes none
-        from the others; a program may set its own affinity to any CPU of the service's. With
+        from the others: the policy's seccomp filter refuses ``sched_setaffinity``, so a
+        program cannot move onto a neighbour's CPU, whose jail could not leave (issue 45). With
         more jails than CPUs (``--code-concurrency`` above the cores) the extra ones are not
         placed: pinned two to a CPU, two CPU-heavy tests would share one while another idles,
         and the scheduler balances unplaced ones."""
@@ -448,7 +455,7 @@ class Zygote:
                 if cpu is not None:
                     try:
                         os.sched_setaffinity(0, (cpu,))  # the jail's processes inherit it
-                    except OSError:  # the CPU went offline: a placement, not a limit
+                    except OSError:  # the CPU went offline: the jail runs anywhere
                         pass
                 for jail in self.jails.values():  # nor any other run's
                     jail.close()
@@ -504,6 +511,11 @@ class Zygote:
         name = go[1:].decode()
         for fd, _files in self.cgroups.values():
             write_at(fd, f"{name}/cgroup.procs", "0")  # "0": the writing process itself
+        # A session (and process group) of its own, as nsjail's setsid makes one for every
+        # jail: in the zygote's session, one sample's kill(0, SIGCONT) resumed another's
+        # stopped processes (SIGCONT needs only a shared session, not a shared uid), and
+        # getpriority(PRIO_PGRP, 0) and the scheduler's autogroup spanned every jail (issue 45).
+        os.setsid()
         uid = int(req["uid"])
         os.setgroups([])
         os.setresgid(uid, uid, uid)

@@ -24,7 +24,7 @@ from tests.conftest_sandbox import (  # noqa: F401
     respond,
 )
 from sandbox import SandboxLimits, create_sandbox
-from sandbox.forkserver import WarmEntry, cgroup_files, policy_mounts
+from sandbox.forkserver import PLACEMENT_VIEW, WarmEntry, cgroup_files, policy_mounts
 from sandbox.base import POLICY_FILE
 from verifier.code_score import score_code
 from verifier.harness import harness_source
@@ -41,19 +41,46 @@ def judge(sb, code: str, gt=ONE, **limits):
     return score_code(respond(code), gt, Limits(**limits), sb)
 
 
+PROBE_FILES = {"in.txt": b"5\n", "in.bin": bytes(range(256))}
+STRICTER = os.ST_NOSUID | os.ST_NODEV
+"""The mount flags a forked jail may have where nsjail's has not (sandbox/README.md)."""
+
+
 def test_the_zygotes_jail_is_nsjails(forkserver_sandbox):
     """benchmarks/jail_probe.py run exec'd in a zygote's jail and in nsjail's sees the same:
-    ids, PID, hostname, cwd, environment, umask, root and /dev, every rlimit, descriptors,
-    blocked signals, no_new_privs, dumpability, writable paths and the errno of 29 syscalls
-    (the policy's seccomp filter and the missing capabilities)."""
+    ids, PID, session and process group (and setsid/setpgid's answers), hostname, cwd,
+    environment, umask, root and /dev, every rlimit, descriptors, blocked signals,
+    no_new_privs, dumpability, each mount's flags (and the scratch's size and inodes), the
+    input files' modes, writable paths and the errno of 29 syscalls (the policy's seccomp filter
+    and the missing capabilities). Two differences, both in sandbox/README.md: the CPU
+    placement (PLACEMENT_VIEW: one CPU of nsjail's in the forked jail, and neither can change
+    it), and mount flags that are stricter in the forked jail (nosuid and nodev where nsjail's
+    have neither, never one flag fewer)."""
     sb = forkserver_sandbox
     argv = [sb.python, "-I", "-S", "-c", (PROJECT_ROOT / "benchmarks/jail_probe.py").read_text()]
     lim = SandboxLimits(wall_s=20, cpu_s=10)
-    cold, forked = sb.run(argv, limits=lim), sb.run_forked(argv, limits=lim)
+    cold = sb.run(argv, files=PROBE_FILES, limits=lim)
+    forked = sb.run_forked(argv, files=PROBE_FILES, limits=lim)
     assert (cold.status, cold.exit_code) == ("ok", 0), cold
     assert (forked.status, forked.exit_code) == ("ok", 0), forked
     want, got = json.loads(cold.stdout), json.loads(forked.stdout)
     assert want["syscalls"]["ptrace"] == "Operation not permitted"  # the probe works
+    assert want["session"] == [1, 1, 1], want["session"]  # the jail's own session (setsid)
+    assert want["sched_setaffinity"] == "Operation not permitted", want
+    assert want["files"]["/tmp/in.bin"][3] == 256, want["files"]  # the input files are there
+    placed = {k: got.pop(k) for k in PLACEMENT_VIEW}
+    every = {k: want.pop(k) for k in PLACEMENT_VIEW}
+    assert len(placed["affinity"]) == 1 and set(placed["affinity"]) <= set(every["affinity"])
+    assert placed["cpu_count"] == 1 and every["cpu_count"] == len(every["affinity"])
+    forked_mounts, nsjail_mounts = got.pop("mounts"), want.pop("mounts")
+    assert forked_mounts.keys() == nsjail_mounts.keys()
+    for path, flags in nsjail_mounts.items():
+        mine = forked_mounts[path]
+        if isinstance(flags, list):  # /tmp: [flags, block size, blocks, inodes]
+            assert mine[1:] == flags[1:], (path, mine, flags)
+            mine, flags = mine[0], flags[0]
+        assert mine & flags == flags, f"{path}: forked {mine:#x} lacks a flag of nsjail's {flags:#x}"
+        assert mine & ~STRICTER == flags & ~STRICTER, (path, mine, flags)
     assert got == want
 
 
@@ -611,13 +638,16 @@ AFFINITY_PROBE = r"""
 import os, time
 print(sorted(os.sched_getaffinity(0)))
 time.sleep(1.5)  # the other jail starts meanwhile, even on a loaded machine
-os.sched_setaffinity(0, range(64))  # its own placement: a program may widen it
-print(len(os.sched_getaffinity(0)))
+try:
+    os.sched_setaffinity(0, range(64))  # a program cannot undo its placement
+    print(sorted(os.sched_getaffinity(0)))
+except PermissionError:
+    print("refused", sorted(os.sched_getaffinity(0)))
 """
 
 
-def _affinities_of_jails_at_once(sb, n: int) -> list[tuple[list[int], int]]:
-    """Run ``n`` jails of AFFINITY_PROBE at once: each one's (affinity, count after widening)."""
+def _affinities_of_jails_at_once(sb, n: int) -> list[tuple[list[int], str]]:
+    """Run ``n`` jails of AFFINITY_PROBE at once: each one's (affinity, what widening did)."""
     assert judge(sb, SUM_OK, SUM_GT).status is Status.CORRECT  # the zygote is up
     seen: list[str] = []
 
@@ -632,19 +662,19 @@ def _affinities_of_jails_at_once(sb, n: int) -> list[tuple[list[int], int]]:
     for t in threads:
         t.join()
     assert len(seen) == n and all(len(out.splitlines()) == 2 for out in seen), seen
-    return [(json.loads(out.splitlines()[0]), int(out.splitlines()[1])) for out in seen]
+    return [(json.loads(out.splitlines()[0]), out.splitlines()[1]) for out in seen]
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to place jails on")
 def test_jails_running_at_once_are_placed_on_different_cpus(own_forkserver_sandbox):
     """The zygote runs each jail on a CPU no other running jail has (Zygote.place): a jail's
     processes hand over to each other on one CPU, and two jails at once do not share one while
-    another idles. A placement, not a limit: a program may set its own affinity."""
+    another idles. A program cannot undo it (the policy refuses sched_setaffinity)."""
     got = _affinities_of_jails_at_once(own_forkserver_sandbox, 2)
     cpus = [c for c, _ in got]
     assert all(len(c) == 1 for c in cpus), got
     assert cpus[0] != cpus[1], f"two jails at once were both placed on CPU {cpus[0]}"
-    assert all(widened >= 2 for _, widened in got), got
+    assert all(after == f"refused {c}" for c, after in got), got
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to tell placed jails")
