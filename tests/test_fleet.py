@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import ServerProcess, free_port, math_item
 from verifier import fleet
 from verifier.client import AsyncVerifierClient, ClientConfig, VerifierClient
-from verifier.items import Status
+from verifier.items import Status, VerifierError
 from verifier.scoring import ScoringConfig
 from verifier.server import ServeConfig, create_server
 
@@ -306,6 +306,26 @@ def test_dns_name_with_several_addresses_is_spread_and_re_resolved(two_servers,
     for rs, n in ((results, 600), (later, 200)):
         assert sorted(index(r.id) for r in rs) == list(range(n))
         assert all(r.status is expected(index(r.id)) for r in rs)
+
+
+def test_a_name_that_never_resolves_is_waited_out_for_the_outage_window(monkeypatch) -> None:
+    """No replica at all (a headless Service with no ready pod): with an outage window the
+    stream keeps resolving until the window has passed, then gives up naming the address."""
+    import socket
+
+    def no_answer(host, port, *args, **kw):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(fleet, "getaddrinfo", no_answer)
+    cfg = ClientConfig(backoff_s=0.05, max_backoff_s=0.2, max_retries=1, outage_window_s=1.5)
+    with VerifierClient("dns:///verifier.test:50051", cfg) as client:
+        start = time.monotonic()
+        with pytest.raises(VerifierError, match="past the outage window of 1.5 s") as err:
+            list(client.stream(item("z-", i) for i in range(5)))
+        waited = time.monotonic() - start
+    assert 1.5 <= waited < 20, waited
+    assert "no verifier replica found at dns:///verifier.test:50051" in str(err.value)
+    assert err.value.code == "unavailable"
 
 
 def test_comma_list_with_a_dead_replica(two_servers) -> None:

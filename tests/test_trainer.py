@@ -108,6 +108,9 @@ def run_cli(args: list[str], **kw) -> subprocess.CompletedProcess:
     ({"magic__nonsense": 1}, "unknown magic key 'nonsense'"),
     ({"log__progress": "sometimes"}, "log.progress must be one of"),
     ({"verifier__profile": "leetcode"}, "verifier.profile must be one of"),
+    ({"verifier__outage_window_s": 3600}, r"outage_window_s must be >= 0 and under verifier"),
+    ({"verifier__outage_window_s": -1}, r"outage_window_s must be >= 0"),
+    ({"verifier__client": "{outage_window_s: 5}"}, "set verifier.outage_window_s"),
 ])
 def test_impossible_configs_are_refused_with_the_rule(data, tmp_path, extra, message) -> None:
     with pytest.raises(ValueError, match=message):
@@ -394,6 +397,88 @@ def test_ctrl_c_writes_a_resumable_checkpoint(data, policy, tmp_path) -> None:
     assert "interrupted" in out and "True" in out
 
 
+def run_against(srv_address: str, args: list[str]) -> subprocess.Popen:
+    """``trainer run`` (the demo config plus ``args``) against the verifier at ``srv_address``,
+    its output piped."""
+    return subprocess.Popen([sys.executable, "-m", "trainer.cli", "run", "--config",
+                             "trainer/configs/demo.yaml", "--verifier-addr", srv_address, *args],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_steps(metrics: Path, n: int, proc: subprocess.Popen) -> None:
+    """Until ``metrics`` has ``n`` rows (the run is still going), within 300 s."""
+    deadline = time.monotonic() + 300
+    while not (metrics.exists() and metrics.read_text().count("\n") >= n):
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "the run made no progress"
+        time.sleep(0.05)
+
+
+def outage_overrides(data: Path, out: Path, window_s: float, steps: int) -> list[str]:
+    """A tiny random model, one stage and no periodic checkpoint or evaluation: the only
+    checkpoint a stopped run can have is the one written on the way out."""
+    return overrides(data, out, total_steps=steps, eval__every_steps=0, checkpoint_every=0,
+                     magic__stages="[{name: a, max_response_length: 6}]",
+                     verifier__outage_window_s=window_s,
+                     verifier__client="{backoff_s: 0.1, max_backoff_s: 1.0}")
+
+
+def test_a_verifier_gone_for_good_stops_the_run_after_a_checkpoint(data, tmp_path) -> None:
+    """The run's only verifier SIGKILLed after step 2 and never back: past the 3 s outage
+    window the run checkpoints its last finished step and exits 1 with a one-line error."""
+    from tests.conftest import ServerProcess
+
+    srv = ServerProcess()
+    try:
+        proc = run_against(srv.address, outage_overrides(data, tmp_path, 3.0, steps=500))
+        metrics = tmp_path / "t" / "metrics.jsonl"
+        wait_for_steps(metrics, 2, proc)
+        srv.terminate(signal.SIGKILL)
+        _, err = proc.communicate(timeout=240)
+    finally:
+        srv.terminate(signal.SIGKILL)
+    assert proc.returncode == 1, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: run stopped: verifier stream failed"), last
+    assert "past the outage window of 3 s" in last and srv.address in last, last
+    assert "verifier outage: every replica down" in err  # each wait was logged
+    steps = [json.loads(x)["step"] for x in metrics.read_text().splitlines()]
+    assert steps == list(range(1, len(steps) + 1)) and 2 <= steps[-1] < 500
+    latest = (tmp_path / "t" / "checkpoints" / "latest").read_text().strip()
+    assert latest == f"step_{steps[-1]:06d}" and f"resume from {latest}" in last
+    state = json.loads((tmp_path / "t" / "checkpoints" / latest / "trainer_state.json").read_text())
+    assert state["step"] == steps[-1]
+    # the failed step's prompts are not used up: a resumed run draws them again
+    assert (state["sampler"]["epoch"], state["sampler"]["pos"]) == (0, 4 * steps[-1])
+    assert (tmp_path / "t" / "checkpoints" / latest / "model" / "model.safetensors").exists()
+    print(f"\n{last}")
+
+
+def test_a_run_rides_out_a_verifier_restart(data, tmp_path) -> None:
+    """The run's only verifier SIGKILLed after step 2 and restarted on its port 3 s later:
+    the run waits (logging each wait), then finishes every step with every reward."""
+    from tests.conftest import ServerProcess, free_port
+
+    port = free_port()
+    servers = [ServerProcess(port)]
+    try:
+        proc = run_against(servers[0].address, outage_overrides(data, tmp_path, 120.0, steps=6))
+        metrics = tmp_path / "t" / "metrics.jsonl"
+        wait_for_steps(metrics, 2, proc)
+        servers[0].terminate(signal.SIGKILL)
+        time.sleep(3.0)
+        servers.append(ServerProcess(port))
+        _, err = proc.communicate(timeout=240)
+    finally:
+        for srv in servers:
+            srv.terminate(signal.SIGKILL)
+    assert proc.returncode == 0, err[-3000:]
+    assert "verifier outage: every replica down" in err  # it did wait
+    steps = [json.loads(x)["step"] for x in metrics.read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    assert (tmp_path / "t" / "checkpoints" / "latest").read_text().strip() == "step_000006"
+
+
 def test_run_with_vllm_engine_and_deepspeed_backend(data, policy, tmp_path) -> None:
     """The production pieces on CPU: vLLM generates and receives the weights after each update;
     DeepSpeed (ZeRO-2, a world of one) applies the update."""
@@ -598,6 +683,12 @@ def test_verifier_client_options_reach_the_client_config(data, tmp_path) -> None
     cfg = demo_config(data, tmp_path, **{"verifier__client": "{token_file: /run/token, max_retries: 3}"})
     cc = cfg.verifier_client_config()
     assert (str(cc.token_file), cc.max_retries) == ("/run/token", 3)
+    assert cc.outage_window_s == 0.0  # the local verifier is never restarted: nothing to wait for
+    fleet = demo_config(data, tmp_path, verifier__addr="10.0.0.1:50051",
+                        verifier__outage_window_s=42).verifier_client_config()
+    assert fleet.outage_window_s == 42.0
+    assert demo_config(data, tmp_path, verifier__addr="10.0.0.1:50051").verifier_client_config() \
+        .outage_window_s == 600.0
     with pytest.raises(ValueError, match="verifier.client"):
         demo_config(data, tmp_path, **{"verifier__client": "{no_such_option: 1}"})
 

@@ -177,6 +177,8 @@ def cmd_run(args: RunArgs) -> int:
     trainer = Trainer(cfg, resume=args.resume is not None)
     try:
         summary = trainer.run()
+    except RewardError as e:  # the verifier failed for good; the run checkpointed first
+        return _stopped_by_verifier(e, trainer.latest_checkpoint(), cfg.run_dir)
     finally:
         trainer.close()
         dist.shutdown()  # a launcher's process group too, before interpreter finalization
@@ -187,6 +189,15 @@ def cmd_run(args: RunArgs) -> int:
         table.add_row(k, f"{v:.3f}" if isinstance(v, float) else str(v))
     Console().print(table)
     return 0
+
+
+def _stopped_by_verifier(error: RewardError, checkpoint: Path | None, run_dir: Path) -> int:
+    """One line on stderr (the error, where the run can resume from); exit status 1."""
+    where = (f"; resume from {checkpoint.name} with: trainer run --resume {run_dir}"
+             if checkpoint is not None else "; no checkpoint yet")
+    Console(stderr=True, soft_wrap=True).print(
+        f"[red]error:[/red] run stopped: {escape(str(error))}{escape(where)}")
+    return 1
 
 
 def cmd_plot(args: PlotArgs) -> int:

@@ -70,6 +70,15 @@ class VerifierSettings:
     connect_timeout_s: float = 30.0
     """How long to wait at start-up for the verifier to answer health checks, seconds; an
     unreachable verifier is an error before any model is loaded."""
+    outage_window_s: float = 600.0
+    """How long a run rides out a verifier outage, seconds (default 600: long enough for a pod
+    to be rescheduled and restarted). While every replica is unreachable the client retries
+    the unanswered items with exponential backoff (at most ``client.max_backoff_s``, 5 s,
+    apart), logging each wait, and a replica that comes back gets them (each still scored
+    once). Past the window the run writes a checkpoint of its last finished step and stops
+    with an error. 0: stop once every replica failed ``client.max_retries`` (8) times in a
+    row, ~15 s (always so for the local verifier a run starts without ``addr``: it is never
+    restarted). Must be under ``timeout_s``, the step's own deadline."""
     profile: str = ""
     """The judging profile of every reward: "" (by the data: LiveCodeBench rows "lcb", others
     the verifier's default), "default", "lcb" (LiveCodeBench's judge) or "skywork" (the
@@ -213,6 +222,12 @@ class RunConfig:
             raise ValueError("eval.every_steps must be >= 0 and eval.n_samples >= 1")
         if self.eval.every_steps and not self.data.eval_files:
             raise ValueError("eval.every_steps > 0 needs data.eval_files (or set it to 0)")
+        v = self.verifier
+        if "outage_window_s" in v.client:  # one home per knob
+            raise ValueError("verifier.client.outage_window_s: set verifier.outage_window_s")
+        if not 0 <= v.outage_window_s < v.timeout_s:
+            raise ValueError(f"verifier.outage_window_s must be >= 0 and under verifier.timeout_s "
+                             f"({v.timeout_s:g}), the step's deadline; got {v.outage_window_s:g}")
         try:
             self.verifier_client_config()
         except (TypeError, ValueError) as e:
@@ -226,8 +241,10 @@ class RunConfig:
             raise ValueError(f"name {self.name!r} must be a plain directory name")
 
     def verifier_client_config(self) -> ClientConfig:
-        """The ClientConfig for ``verifier.addr`` (TLS, token, retries)."""
-        return ClientConfig(**self.verifier.client)
+        """The ClientConfig for ``verifier.addr`` (TLS, token, retries, the outage window)."""
+        v = self.verifier
+        # The local verifier a run starts itself is never restarted: no outage to wait out.
+        return ClientConfig(**v.client, outage_window_s=v.outage_window_s if v.addr else 0.0)
 
     @property
     def run_dir(self) -> Path:

@@ -437,7 +437,10 @@ class Trainer:
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         """Train until total_steps; returns a summary. Ctrl-C (SIGINT) finishes the current
-        step, writes a resumable checkpoint and returns; a second Ctrl-C aborts at once."""
+        step, writes a resumable checkpoint and returns; a second Ctrl-C aborts at once. A step
+        or evaluation that cannot get its rewards (RewardError: e.g. the verifier unreachable
+        for longer than ``verifier.outage_window_s``) stops the run: the last finished step is
+        checkpointed first, then the error propagates."""
         cfg = self.cfg
         previous = signal.getsignal(signal.SIGINT)
 
@@ -456,13 +459,28 @@ class Trainer:
             if self.logger is not None:
                 self.logger.start_progress(cfg.total_steps, self.step)
             while self.step < cfg.total_steps and not dist.any_rank(self._stop_requested):
-                metrics = self.train_step()
+                drawn_before = self.sampler.state_dict()
+                try:
+                    metrics = self.train_step()
+                except RewardError:
+                    # Raised before the update: the model is the last finished step's. Its
+                    # prompts are drawn again on resume, as an uninterrupted run would have.
+                    self.sampler.load_state_dict(drawn_before)
+                    self._checkpoint_before_stopping()
+                    raise
                 at_end = self.step == cfg.total_steps
+                eval_error: RewardError | None = None
                 if cfg.eval.every_steps and (self.step % cfg.eval.every_steps == 0 or at_end):
-                    last_eval = self.evaluate()
-                    metrics.update(last_eval)
+                    try:
+                        last_eval = self.evaluate()
+                        metrics.update(last_eval)
+                    except RewardError as e:  # the step itself finished: logged and kept below
+                        eval_error = e
                 stage_ended = self.schedule.observe(self.step, metrics)
                 self._log(metrics)
+                if eval_error is not None:
+                    self._checkpoint_before_stopping(keep=stage_ended)
+                    raise eval_error
                 if stage_ended:
                     log.info("stage ended", extra={"step": self.step,
                                                    "next_stage": self.schedule.index})
@@ -517,6 +535,27 @@ class Trainer:
             log.info("checkpoint saved", extra={"path": str(final)})
         dist.barrier()
         return final
+
+    def _checkpoint_before_stopping(self, keep: bool = False) -> None:
+        """A verifier failure is about to stop the run: checkpoint the last finished step (when
+        it is not the latest checkpoint already) so that ``--resume`` continues from it. A
+        failure to write it is logged; the verifier's error is the one the run reports."""
+        latest = self.latest_checkpoint()
+        if self.step == 0 or (latest is not None and latest.name == f"step_{self.step:06d}"):
+            return
+        if self.world > 1:
+            # A checkpoint is a collective: the other ranks may be in another one (their own
+            # rewards came back), so waiting for them here could hang the job instead of ending it.
+            log.warning("the verifier failed: no checkpoint of step %d with %d ranks (latest: "
+                        "%s)", self.step, self.world, latest)
+            return
+        try:
+            path = self.save_checkpoint(keep=keep)
+        except Exception as e:  # noqa: BLE001 - the verifier's error stops the run, not this one
+            log.error("could not write a checkpoint of step %d before stopping: %s", self.step, e)
+            return
+        log.warning("the verifier failed: wrote a checkpoint of step %d before stopping (%s)",
+                    self.step, path)
 
     def _prune(self, root: Path) -> None:
         steps = sorted(p for p in root.glob("step_*") if p.is_dir())

@@ -6,7 +6,10 @@ time, so verification must overlap it).
 ``verifier.client.VerifierClient`` in a child process (``python -m trainer.verifier_bridge``), and one
 ``RewardStream`` per step (or evaluation pass) talks to it: ``submit`` is called from the
 engine's ``on_done`` hook on the generating thread and only pickles the chunk onto a socket;
-``wait`` ends the stream and returns every result, with how long it waited.
+``wait`` ends the stream and returns every result, with how long it waited. The child's
+client rides out a verifier outage for ``ClientConfig.outage_window_s`` (``trainer run``:
+``verifier.outage_window_s``, under the step's ``wait`` deadline) and reports a stream it gave up
+on as an error, which ``wait`` raises as RewardError (trainer/loop.py then checkpoints and stops).
 
 Why a child process: the generating thread is bound by Python (HF ``generate``'s loop on a
 tiny model, vLLM's in-process engine core on a GPU). A gRPC client in the same process runs

@@ -11,7 +11,10 @@
   used again; every item yields exactly one result (results are de-duplicated by id).
 - Retries with exponential backoff and jitter on UNAVAILABLE (server restarting, not yet up)
   and RESOURCE_EXHAUSTED (server busy; its ``retry-after-ms`` hint is honoured), up to
-  ``max_retries`` times in a row per replica; every call has a deadline.
+  ``max_retries`` times in a row per replica; every call has a deadline. A stream with
+  ``outage_window_s`` > 0 (the trainer's: 600 s) instead rides out a time when every replica is
+  down: it keeps retrying its unanswered items, logs each wait, and fails only once the outage
+  has lasted that long (verifier/fleet.py).
 - Access control: TLS / mutual TLS (``tls_ca``, ``tls_cert``, ``tls_key``) and a bearer token
   (``token_file`` / ``token_env``), sent on every call.
 

@@ -26,6 +26,14 @@ class ClientConfig:
     """First retry delay, seconds; doubles each retry (with jitter) up to ``max_backoff_s``."""
     max_backoff_s: float = 5.0
     """Longest retry delay, seconds; also how often a down replica is probed again."""
+    outage_window_s: float = 0.0
+    """How long a stream rides out an outage, seconds: while every replica is down (none
+    answering since its last failure, or no address resolves) it keeps probing them with the
+    backoff above and re-sends the unanswered items to the first that comes back, logging each
+    wait; it gives up (VerifierError "unavailable") only once the outage has lasted this long.
+    0 (default): give up as soon as every replica has failed more than ``max_retries`` times in
+    a row (~15 s with the defaults), as before this setting. ``trainer run`` sets it from
+    ``verifier.outage_window_s`` (600 s: long enough for a pod to be restarted)."""
     max_message_mb: int = 256
     """Largest message either way, MiB (must match the server's for big code batches)."""
     stream_window: int = 128
@@ -67,6 +75,8 @@ class ClientConfig:
             raise ValueError("stream_window must be >= 1")
         if self.stream_batch < 1:
             raise ValueError("stream_batch must be >= 1")
+        if not self.outage_window_s >= 0:  # also refuses NaN
+            raise ValueError(f"outage_window_s must be >= 0, got {self.outage_window_s}")
 
     @property
     def uses_tls(self) -> bool:

@@ -24,7 +24,14 @@ Failure handling (``FleetStream``):
 - every item yields exactly one result: results are matched to outstanding items by id and a
   late duplicate (an item answered by two replicas around a failure) is dropped;
 - the call gives up (VerifierError "unavailable") only while work is outstanding and every known
-  replica has failed more than ``max_retries`` times in a row without answering anything.
+  replica has failed more than ``max_retries`` times in a row without answering anything;
+- unless ``ClientConfig.outage_window_s`` > 0 (``trainer run``: 600 s): then it rides out an
+  outage instead. While every replica is down (each failing since its last answer, none with a
+  stream open, or no address resolving) it keeps probing them with the same backoff, logs one
+  line per wait (the replicas down, the items waiting, the outage's length and the window) and
+  re-sends the unanswered items to the first replica back, each still answered exactly once;
+  it gives up only once the outage has lasted longer than the window (timed from the last
+  replica's first failure, or from the stream's start if that is later).
 """
 
 from __future__ import annotations
@@ -184,6 +191,9 @@ class Replica:
         """Failed attempts in a row (reset by any answer)."""
         self.retry_at = 0.0
         """time.monotonic() before which this replica gets no new attempt."""
+        self.down_since: float | None = None
+        """time.monotonic() of the first of its current failures in a row; None while it
+        answers (the start of an outage, ``ClientConfig.outage_window_s``)."""
         self.retired = False
         """No longer in the DNS answer: finishes what it has, takes nothing new."""
         self.sent = 0
@@ -194,6 +204,8 @@ class Replica:
 
     def record_failure(self, cfg: ClientConfig, hint_s: float | None = None) -> float:
         with self.lock:
+            if self.failures == 0:
+                self.down_since = time.monotonic()
             self.failures += 1
             self.failed += 1
             delay = backoff_s(self.failures - 1, cfg)
@@ -206,6 +218,7 @@ class Replica:
         with self.lock:
             self.failures = 0
             self.retry_at = 0.0
+            self.down_since = None
 
     def check_health(self, timeout_s: float, metadata: tuple = ()) -> bool:
         try:
@@ -395,8 +408,11 @@ class FleetStream:
         self._attempts: set[_Attempt] = set()
         self._workers: dict[str, threading.Thread] = {}
         self._empty_rounds = 0
+        self._empty_since: float | None = None
+        """When this stream last found no replica at all (the outage clock of that case)."""
         self._next_empty_check = 0.0
         self._started = False
+        self._started_at = 0.0
 
     # -- consumer -------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Result]:
@@ -464,6 +480,7 @@ class FleetStream:
         if self._started:
             return
         self._started = True
+        self._started_at = time.monotonic()
         threading.Thread(target=self._feed, name="verifier-feed", daemon=True).start()
         self._ensure_workers()
 
@@ -543,9 +560,10 @@ class FleetStream:
             if rep.failures and not rep.check_health(
                     min(2.0, self.cfg.timeout_s), self.fleet.metadata):
                 delay = rep.record_failure(self.cfg)
-                log.info("verifier replica not healthy; backing off",
-                         extra={"replica": rep.address, "delay_s": round(delay, 3),
-                                "failures": rep.failures})
+                if not self._log_outage_wait(rep, delay, "not healthy"):
+                    log.info("verifier replica not healthy; backing off",
+                             extra={"replica": rep.address, "delay_s": round(delay, 3),
+                                    "failures": rep.failures})
                 continue
             self._attempt(rep)
 
@@ -636,9 +654,10 @@ class FleetStream:
         if err is None:
             if leftovers:
                 delay = rep.record_failure(self.cfg)
-                log.warning("verifier stream closed early; re-sending its unanswered items",
-                            extra={"replica": rep.address, "unanswered": len(leftovers),
-                                   "delay_s": round(delay, 3)})
+                if not self._log_outage_wait(rep, delay, "stream closed early"):
+                    log.warning("verifier stream closed early; re-sending its unanswered items",
+                                extra={"replica": rep.address, "unanswered": len(leftovers),
+                                       "delay_s": round(delay, 3)})
             return
         code = err.code()
         if code == grpc.StatusCode.UNIMPLEMENTED and att.batched:
@@ -653,10 +672,11 @@ class FleetStream:
             # CANCELLED here is the server's doing (a drain past its grace), not ours;
             # DEADLINE_EXCEEDED is this attempt's timeout_s: a long stream is reopened.
             delay = rep.record_failure(self.cfg, retry_hint_s(err))
-            log.warning("verifier stream broke; re-sending its unanswered items elsewhere",
-                        extra={"replica": rep.address, "code": code.name,
-                               "unanswered": len(leftovers), "delay_s": round(delay, 3),
-                               "failures": rep.failures})
+            if not self._log_outage_wait(rep, delay, f"stream broke ({code.name})"):
+                log.warning("verifier stream broke; re-sending its unanswered items elsewhere",
+                            extra={"replica": rep.address, "code": code.name,
+                                   "unanswered": len(leftovers), "delay_s": round(delay, 3),
+                                   "failures": rep.failures})
             self.fleet.refresh(force=True)
             return
         self._fail(err)
@@ -673,19 +693,82 @@ class FleetStream:
         if not outstanding:
             return
         if not reps:
-            now = time.monotonic()
-            if now >= self._next_empty_check:
-                self._empty_rounds += 1
-                self._next_empty_check = now + backoff_s(self._empty_rounds - 1, self.cfg)
-                self.fleet.refresh(force=True)
-            if self._empty_rounds > self.cfg.max_retries:
-                self._fail(VerifierError(
-                    f"no verifier replica found at {self.fleet.address}; "
-                    f"{unanswered} items unanswered", "unavailable"))
+            self._no_replica(unanswered)
             return
-        self._empty_rounds = 0
-        if all(r.failures > self.cfg.max_retries for r in reps):
+        self._empty_rounds, self._empty_since = 0, None
+        window = self.cfg.outage_window_s
+        if window > 0:
+            down_for = self._outage_s(reps)
+            if down_for is not None and down_for > window:
+                self._fail(VerifierError(
+                    f"verifier at {self.fleet.address} unreachable for {down_for:.0f} s, past "
+                    f"the outage window of {window:g} s: every replica down "
+                    f"({', '.join(r.address for r in reps)}); {unanswered} items unanswered",
+                    "unavailable"))
+        elif all(r.failures > self.cfg.max_retries for r in reps):
             self._fail(VerifierError(
                 f"stream to {self.fleet.address} failed: every replica failed more than "
                 f"{self.cfg.max_retries} times in a row; {unanswered} items unanswered",
                 "unavailable"))
+
+    def _no_replica(self, unanswered: int) -> None:
+        """No address resolves: resolve again with backoff; give up past the outage window, or
+        without one after ``max_retries`` rounds."""
+        now = time.monotonic()
+        window = self.cfg.outage_window_s
+        if self._empty_since is None:
+            self._empty_since = now
+        if now >= self._next_empty_check:
+            self._empty_rounds += 1
+            delay = backoff_s(self._empty_rounds - 1, self.cfg)
+            self._next_empty_check = now + delay
+            self.fleet.refresh(force=True)
+            if window > 0:
+                log.warning("verifier outage: no replica found at %s; %d items waiting; %.1f s of "
+                            "the %g s outage window waited; resolving again in %.1f s",
+                            self.fleet.address, unanswered, now - self._empty_since, window, delay,
+                            extra={"items_waiting": unanswered, "outage_window_s": window,
+                                   "outage_s": round(now - self._empty_since, 3)})
+        if window > 0 and now - self._empty_since > window:
+            self._fail(VerifierError(
+                f"no verifier replica found at {self.fleet.address} for "
+                f"{now - self._empty_since:.0f} s, past the outage window of {window:g} s; "
+                f"{unanswered} items unanswered", "unavailable"))
+        elif window <= 0 and self._empty_rounds > self.cfg.max_retries:
+            self._fail(VerifierError(
+                f"no verifier replica found at {self.fleet.address}; "
+                f"{unanswered} items unanswered", "unavailable"))
+
+    def _outage_s(self, reps: list[Replica]) -> float | None:
+        """How long every replica of ``reps`` has been down for this stream, seconds: since the
+        last of them began failing (or since the stream began, if later: a replica that failed
+        in an earlier stream does not use up this one's window); None while one is up,
+        answering or with a stream open that may yet answer (a replica just back, scoring)."""
+        with self._cond:
+            open_on = {att.replica.address for att in self._attempts}
+        since = self._started_at
+        for r in reps:
+            down_since = r.down_since  # one read: another thread may reset it
+            if down_since is None or r.address in open_on:
+                return None
+            since = max(since, down_since)
+        return time.monotonic() - since
+
+    def _log_outage_wait(self, rep: Replica, delay: float, cause: str) -> bool:
+        """Log this wait of ``rep`` as one outage line when ``outage_window_s`` > 0 and every
+        replica is down: the replicas down, the items waiting, the outage's length so far and
+        the window. False when it is no outage (the caller logs its own line)."""
+        window = self.cfg.outage_window_s
+        reps = self.fleet.active()
+        down_for = self._outage_s(reps) if window > 0 and reps else None
+        if down_for is None:
+            return False
+        names = [r.address for r in reps]
+        waiting = len(self._pending)
+        log.warning("verifier outage: every replica down (%s); %d items waiting; %.1f s of the "
+                    "%g s outage window waited; %s %s, next try in %.1f s", ", ".join(names),
+                    waiting, down_for, window, rep.address, cause, delay,
+                    extra={"replicas_down": names, "items_waiting": waiting,
+                           "outage_s": round(down_for, 3), "outage_window_s": window,
+                           "replica": rep.address, "delay_s": round(delay, 3)})
+        return True
