@@ -68,6 +68,7 @@ from typing import Any, Callable, NamedTuple
 from sandbox import RunResult, Sandbox, SandboxLimits
 
 from .extract import after_think, last_code_block, lcb_code_block, skywork_code_block
+from .descriptors import fd_shortage, run_jail, unavailable
 from .harness import framing
 from .ground_truth import BadGroundTruth, Spec, parse_ground_truth
 from .harness_files import PYTHON_FLAGS, harness_files
@@ -210,6 +211,10 @@ class _Judge:
         self.special: Outcome | None = None
         self.run_bounded = run_bounded
         self.deadline = deadline  # time.monotonic() at which the item's time is up
+        # A fault of the service met while judging a record (the compare pool out of
+        # descriptors): raised by ``_score`` after the run, since the sandbox reports what its
+        # output hook raised as its own error (which would read as SANDBOX_ERROR).
+        self.fault: VerifierError | None = None
         self._expected_bytes: dict[int, bytes] = {}
         # The harness's own CPU and its reaped children's, at its first and last records
         # (microseconds; informational, for the cost breakdown of docs/verifier.md 3).
@@ -251,6 +256,9 @@ class _Judge:
             return self.program_failed(head, f"the program sent a malformed record ({why})")
         try:
             return self._on_record(head, blobs)
+        except VerifierError as e:
+            self.fault = e
+            raise
         except _VERIFIER_FAILURES:
             raise
         except Exception as e:  # the program's data broke the judging of its record
@@ -497,9 +505,14 @@ def score_code(
     try:
         return _score(response, ground_truth, limits or Limits(), sandbox, run_bounded, profile,
                       {} if costs is None else costs)
+    except VerifierError:
+        raise  # the service's fault (out of descriptors): the call's error, never a verdict
     except Exception as e:  # a bug here must not crash the batch; it is not the program's fault
         # nor the sandbox's: INTERNAL_ERROR, which the proto reserves for the verifier's own
-        # failures (trainers treat it as a missing result, never a genuine 0).
+        # failures (trainers treat it as a missing result, never a genuine 0). A descriptor
+        # shortage is the service's fault: the call's UNAVAILABLE.
+        if fd_shortage(e):
+            raise unavailable("judging a code item", e) from e
         log.exception("code judge failed")
         return Outcome(
             Status.INTERNAL_ERROR, f"internal error while judging: {type(e).__name__}: {e}"
@@ -534,6 +547,8 @@ def _score(
                    profile.numpy)
     stream = _Stream(keys, judge.on_record)
     run = _run_harness(sandbox, stdin, plan, spec.total, stream)
+    if judge.fault is not None:
+        raise judge.fault
     if isinstance(run, Outcome):
         return run
     costs.update(judge.costs(run.cpu_s))
@@ -619,7 +634,9 @@ def _run_harness(
     sandbox: Sandbox, stdin: bytes, plan: _Plan, total: int, stream: _Stream
 ) -> RunResult | Outcome:
     """Run the harness in one jail, its records fed to ``stream`` as they arrive, or
-    SANDBOX_ERROR when the sandbox fails."""
+    SANDBOX_ERROR when the sandbox fails. A jail that cannot start for want of descriptors is
+    tried again, then VerifierError("unavailable") (verifier/descriptors.py): the replica's
+    state, never the item's verdict."""
     sb_limits = SandboxLimits(
         wall_s=plan.timeout,
         cpu_s=plan.timeout + 1,
@@ -629,9 +646,15 @@ def _run_harness(
     try:
         files, entry = harness_files(sandbox)
         argv = [sandbox.python, *PYTHON_FLAGS, entry]
-        return sandbox.run(argv, stdin=stdin, files=files, limits=sb_limits,
-                           on_stdout=stream.feed)
+        # A new try only while nothing of the last one reached the judge (a failed start).
+        return run_jail(lambda: sandbox.run(argv, stdin=stdin, files=files, limits=sb_limits,
+                                            on_stdout=stream.feed),
+                        fresh=lambda: stream.seq == 0 and not stream.buf and not stream.error)
+    except VerifierError:
+        raise
     except Exception as e:
+        if fd_shortage(e):
+            raise unavailable("starting a jail", e) from e
         return Outcome(
             Status.SANDBOX_ERROR,
             f"sandbox {sandbox.name} failed: {type(e).__name__}: {e}",

@@ -43,7 +43,8 @@ class ScoringConfig:
     """Image of the docker sandbox's containers (with ``--sandbox docker``; the engine is the
     one DOCKER_HOST names). It must hold ``python3``; the verifier image does."""
     code_concurrency: int = 0
-    """Code samples run at once; 0 (default): ``workers``. A sample's jail spends about as
+    """Jails run at once: code samples and the HTTP gateway's /run_code runs share these
+    slots; 0 (default): ``workers``. A sample's jail spends about as
     much wall time in the kernel (namespaces, cgroups made and torn down) as on the CPU, so
     a value above the cores keeps them busy (docs/verifier.md 3); it also lets CPU-heavy
     tests share the cores, so their wall-clock limits get less slack."""
@@ -98,7 +99,10 @@ class ScoringConfig:
 
 @dataclass
 class ServeConfig:
-    """``verifier serve``: run the verification service."""
+    """``verifier serve``: run the verification service. At start it raises its soft limit
+    of open files (RLIMIT_NOFILE) to the hard limit: connections and jails all need
+    descriptors, and the HTTP gateway's connections are capped below it
+    (--http-max-connections)."""
 
     host: str = "127.0.0.1"
     """Address to bind. Loopback by default: the service runs model-written code, so exposing
@@ -167,6 +171,27 @@ class ServeConfig:
     http_max_requests: int = 1024
     """HTTP scoring requests served at once (each /run_code is one run; newer OpenRLHF sends
     one query per request); more get 429 at once. Health checks are not counted."""
+    http_max_connections: int = 1024
+    """HTTP connections open at once, idle or not: each holds a file descriptor whether or not
+    it sends anything, and jails and gRPC need descriptors too. One more is closed as soon as
+    it is accepted, before anything is read (verifier_rejected_total{reason=
+    "http_connections"}). Whatever is set here, the gateway holds at most half the
+    descriptors above a reserve of 128: (soft RLIMIT_NOFILE - 128) // 2, e.g. 448 under the
+    usual 1,024 (`verifier serve` raises its soft limit to the hard one at start; the bound
+    in force is logged as http_max_connections)."""
+    http_max_connections_per_peer: int = 256
+    """HTTP connections open at once from one IP address, and never more than half the
+    connections in force (--http-max-connections), so one client cannot take them all; more
+    are closed at accept (reason "http_connections_per_peer"). Default 256, above the
+    connection pools of the clients the gateway serves (aiohttp's 100, requests' 10)."""
+    http_header_timeout_s: float = 10.0
+    """Seconds a new HTTP connection may take to send its first request line and headers (its
+    TLS handshake included); then it is closed (reason "http_header_timeout"), so a client
+    that connects and sends nothing, or half a request, holds a descriptor no longer. The body
+    then has --request-timeout-s."""
+    http_keepalive_s: float = 30.0
+    """Seconds an HTTP connection may stay open after a response without sending the next
+    request's headers (an idle keep-alive connection); then it is closed."""
 
     def __post_init__(self) -> None:
         loopback = _is_loopback(self.host)
@@ -190,10 +215,12 @@ class ServeConfig:
         if self.http_port is not None and not 0 <= self.http_port <= 65535:
             raise ValueError(f"--http-port must be 0-65535, got {self.http_port}")
         for name in ("max_concurrent_rpcs", "max_probe_calls", "http_max_body_mb",
-                     "http_max_requests"):
+                     "http_max_requests", "http_max_connections",
+                     "http_max_connections_per_peer"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
-        for name in ("request_timeout_s", "idle_timeout_s"):
+        for name in ("request_timeout_s", "idle_timeout_s", "http_header_timeout_s",
+                     "http_keepalive_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be > 0 seconds")
         for name in ("tls_cert", "tls_key", "tls_client_ca"):

@@ -22,6 +22,19 @@ refusal closes its connection. Each request is a coroutine on the gateway's own 
 thread: a slow or stalled client holds no thread, and JSON of more than ``INLINE_JSON_BYTES`` is
 decoded on a worker thread, so other requests go on. A client that disconnects cancels its
 request and its queued items. No URL is ever logged (it may carry a token).
+
+Connections (verifier/http_gateway_connections.py, the listening socket's protocol factory):
+each costs a file descriptor whatever it sends, and jails and gRPC need them too, so at most
+``max_connections`` are open at once (never more than half the descriptors above a reserve:
+verifier/descriptors.py), at most ``max_connections_per_peer`` (and half of the total) from
+one IP; one more is closed as soon as it is accepted, before anything is read. A connection's
+first request line and headers (and TLS handshake) must arrive within ``header_timeout_s`` of
+its accept (the gate tells the guard when they did), and after a response the next request's
+within ``keepalive_s`` (aiohttp's ``keepalive_timeout``); else it is closed.
+
+Jails: ``/run_code`` runs take the code items' slots (``Scorer.submit_run``), so the one
+``--code-concurrency`` bounds every jail of the replica. A replica out of descriptors answers
+503 (VerifierError "unavailable"), never a verdict.
 """
 
 from __future__ import annotations
@@ -40,6 +53,7 @@ from aiohttp import web
 
 from verifier.auth import TokenSource
 from verifier.bigint import MAX_INT_DIGITS, json_loads_digits
+from verifier.descriptors import http_connection_cap
 from verifier.http_gateway_rewards import (
     Entry,
     reward_answer,
@@ -47,6 +61,7 @@ from verifier.http_gateway_rewards import (
     score_answer,
     score_items,
 )
+from verifier.http_gateway_connections import ConnectionGuard, ConnectionLimits
 from verifier.http_gateway_run_code import CodeRunner, parse_run_code, run_code_response
 from verifier.items import Item, Result, VerifierError
 from verifier.metered import submit_all, submit_metered
@@ -141,6 +156,8 @@ class HttpGateway:
 
     def __init__(self, scorer: Scorer, metrics: ServerMetrics, tokens: TokenSource | None, *,
                  max_body_mb: int, max_requests: int, body_timeout_s: float,
+                 max_connections: int = 1024, max_connections_per_peer: int = 256,
+                 header_timeout_s: float = 10.0, keepalive_s: float = 30.0,
                  tls_cert: Path | None = None, tls_key: Path | None = None,
                  tls_client_ca: Path | None = None):
         self.scorer = scorer
@@ -149,11 +166,19 @@ class HttpGateway:
         self.max_body_bytes = max_body_mb * 1024 * 1024
         self.max_requests = max_requests
         self.body_timeout_s = body_timeout_s
+        # Connections are bounded by the descriptors too (verifier/descriptors.py): whatever
+        # is configured, at most half of those above the reserve kept for jails and gRPC.
+        # No one peer may take more than half of them.
+        total = http_connection_cap(max_connections)
+        self.connection_limits = ConnectionLimits(
+            max_total=total, max_per_peer=max(1, min(max_connections_per_peer, total // 2)),
+            header_timeout_s=header_timeout_s)
+        self.keepalive_s = keepalive_s
         self._ssl = (server_ssl_context(tls_cert, tls_key, tls_client_ca)
                      if tls_cert is not None and tls_key is not None else None)
-        cfg = scorer.config
-        self.code_runner = CodeRunner(scorer.sandbox, scorer.sandbox_problem,
-                                      cfg.code_concurrency or cfg.workers, cfg.max_pending)
+        # /run_code runs take the code items' jail slots (Scorer.submit_run): one bound,
+        # --code-concurrency, on every jail of the replica.
+        self.code_runner = CodeRunner(scorer.sandbox, scorer.sandbox_problem, scorer.submit_run)
         self._workers = cf.ThreadPoolExecutor(max_workers=WORKER_THREADS,
                                               thread_name_prefix="verifier-http")
         self.port: int | None = None
@@ -162,6 +187,8 @@ class HttpGateway:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
+        self._guard: ConnectionGuard | None = None
+        self._server: asyncio.AbstractServer | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self, host: str, port: int) -> int:
@@ -192,11 +219,30 @@ class HttpGateway:
         # handler_cancellation: a client that goes away cancels its request (and its items).
         # lingering_time=0: after a refusal, the rest of an unread body is not read (aiohttp
         # would read and discard it for up to 10 s); the connection is closed instead.
+        # keepalive_timeout: after a response, the next request's headers must come within it.
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True,
-                                     shutdown_timeout=CANCEL_AFTER_DRAIN_S, lingering_time=0)
+                                     shutdown_timeout=CANCEL_AFTER_DRAIN_S, lingering_time=0,
+                                     keepalive_timeout=self.keepalive_s)
         await self._runner.setup()
-        await web.TCPSite(self._runner, host, port, ssl_context=self._ssl).start()
-        return int(self._runner.addresses[0][1])
+        assert self._runner.server is not None
+        # Not a web.TCPSite: the listening socket's protocol factory is the ConnectionGuard,
+        # which counts and times every connection before aiohttp sees it (and does TLS).
+        self._guard = ConnectionGuard(
+            self._runner.server, self.connection_limits, ssl_context=self._ssl,
+            on_refused=lambda reason: self.metrics.rejected.labels(reason=reason).inc())
+        self.metrics.http_connections.set_function(lambda: self._guard.open if self._guard else 0)
+        self._server = await asyncio.get_running_loop().create_server(self._guard, host, port)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def _close(self) -> None:
+        """Stop listening, let aiohttp finish its connections (cancelling what is left after
+        CANCEL_AFTER_DRAIN_S), then close whatever the guard still holds (a TLS handshake)."""
+        if self._server is not None:
+            self._server.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._guard is not None:
+            self._guard.close_all()
 
     def _call(self, coro: Coroutine[Any, Any, Any], timeout: float) -> None:
         assert self._loop is not None
@@ -222,15 +268,14 @@ class HttpGateway:
         deadline = time.monotonic() + max(0.0, grace_s)
         while self._inflight > 0 and time.monotonic() < deadline:
             time.sleep(0.02)
-        if self._runner is not None and self._thread is not None and self._thread.is_alive():
-            self._call(self._runner.cleanup(), CANCEL_AFTER_DRAIN_S + 10.0)
+        if self._thread is not None and self._thread.is_alive():
+            self._call(self._close(), CANCEL_AFTER_DRAIN_S + 10.0)
         loop, self._loop = self._loop, None
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=10)
         if not loop.is_running():
             loop.close()
-        self.code_runner.close()
         self._workers.shutdown(wait=False, cancel_futures=True)
 
     # -- the gate: token, limit, errors, metrics ----------------------------------------------
@@ -243,6 +288,8 @@ class HttpGateway:
         known = path in SCORING_PATHS or path in PROBE_PATHS
         method = f"{request.method} {path}" if known else "HTTP other"  # bounded label values
         counted = False
+        if self._guard is not None:
+            self._guard.headers_arrived(request.transport)  # its header deadline is met
         try:
             if path not in PROBE_PATHS:
                 if self._draining:

@@ -25,7 +25,9 @@ code items (``--max-timeout-s``, ``--max-memory-mb``), one jail per request: a b
 (``BOOTSTRAP``, run with ``-I -S``) reads the program and the files from the front of stdin,
 writes them into the jail's scratch directory (its working directory) and replaces itself with
 ``python <program>`` reading the rest of stdin, so the program sees SandboxFusion's layout.
-Nothing of a request is written on the host.
+Nothing of a request is written on the host. Runs take the code items' jail slots
+(``Scorer.submit_run``: ``--code-concurrency`` bounds both together); a replica out of file
+descriptors fails the request (503), never the run (verifier/descriptors.py).
 
 Differences, by design: only ``python`` (every other language is refused with 400, naming
 it); ``fetch_files`` must be empty (the jail's files are gone when it ends); output is cut at
@@ -41,12 +43,13 @@ import binascii
 import logging
 import marshal
 import math
-import threading
+from collections.abc import Callable
 from concurrent import futures as cf
 from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox import RunResult, Sandbox, SandboxLimits
+from verifier.descriptors import fd_shortage, run_jail, unavailable
 from verifier.items import VerifierError
 
 log = logging.getLogger(__name__)
@@ -205,7 +208,8 @@ def _main_name(files: list[tuple[str, bytes]]) -> str:
 
 
 def run_program(sandbox: Sandbox, req: RunRequest) -> RunResult:
-    """Run ``req`` once in ``sandbox`` (blocking; never raises)."""
+    """Run ``req`` once in ``sandbox`` (blocking). Raises only VerifierError("unavailable"),
+    when the replica is out of descriptors."""
     main = _main_name(req.files)
     spec = {"files": [*req.files, (main, req.code.encode("utf-8", "surrogatepass"))],
             "main": main, "python": sandbox.python,
@@ -215,11 +219,17 @@ def run_program(sandbox: Sandbox, req: RunRequest) -> RunResult:
     limits = SandboxLimits(wall_s=req.run_timeout_s, cpu_s=req.run_timeout_s,
                            memory_mb=req.memory_mb, output_bytes=OUTPUT_BYTES,
                            scratch_mb=SCRATCH_MB + files_mb + 1)
+    stdin = len(header).to_bytes(8, "big") + header + req.stdin
     try:
-        return sandbox.run([sandbox.python, "-I", "-S", "-c", BOOTSTRAP],
-                           stdin=len(header).to_bytes(8, "big") + header + req.stdin,
-                           limits=limits)
+        # A jail that cannot start for want of descriptors is tried again, then the request's
+        # 503 (verifier/descriptors.py): the replica's state, never the run's SandboxError.
+        return run_jail(lambda: sandbox.run([sandbox.python, "-I", "-S", "-c", BOOTSTRAP],
+                                            stdin=stdin, limits=limits))
+    except VerifierError:
+        raise
     except Exception as e:  # noqa: BLE001 - a sandbox bug is this run's SandboxError
+        if fd_shortage(e):
+            raise unavailable("starting a jail", e) from e
         log.exception("run_code: the sandbox failed")
         return RunResult("error", detail=f"sandbox {sandbox.name} failed: {type(e).__name__}: {e}")
 
@@ -253,37 +263,23 @@ def run_code_response(run: RunResult) -> dict[str, Any]:
 
 
 class CodeRunner:
-    """Runs ``/run_code`` requests on ``slots`` threads of their own, each in one jail of
-    ``sandbox``; at most ``max_pending`` wait for a thread (past it ``submit`` raises
-    VerifierError("resource_exhausted")). With no sandbox every run is a SandboxError naming
-    ``sandbox_problem`` (never an unsandboxed run)."""
+    """Runs ``/run_code`` requests, each in one jail of ``sandbox``, through ``submit``
+    (``Scorer.submit_run``): in the replica's one set of jail slots, beside the code items, so
+    ``--code-concurrency`` bounds every jail the replica runs; its queue bound refuses a run
+    with VerifierError("resource_exhausted") (429). With no sandbox every run is a SandboxError
+    naming ``sandbox_problem`` (never an unsandboxed run)."""
 
-    def __init__(self, sandbox: Sandbox | None, sandbox_problem: str | None, slots: int,
-                 max_pending: int):
+    def __init__(self, sandbox: Sandbox | None, sandbox_problem: str | None,
+                 submit: Callable[..., cf.Future]):
         self.sandbox = sandbox
         self.sandbox_problem = sandbox_problem
-        self.max_pending = max_pending
-        self._threads = cf.ThreadPoolExecutor(max_workers=slots,
-                                              thread_name_prefix="verifier-run-code")
-        self._room = threading.BoundedSemaphore(max_pending + slots)
+        self._submit = submit
 
     def submit(self, req: RunRequest) -> cf.Future:
-        """A future of the RunResult."""
+        """A future of the RunResult (it fails with VerifierError("unavailable") when the
+        replica is out of descriptors: ``run_program``)."""
         if self.sandbox is None:
             fut: cf.Future = cf.Future()
             fut.set_result(RunResult("error", detail=f"no sandbox: {self.sandbox_problem}"))
             return fut
-        if not self._room.acquire(blocking=False):
-            raise VerifierError(f"verifier busy: {self.max_pending} runs already queued; retry "
-                                "later", "resource_exhausted")
-        try:
-            fut = self._threads.submit(run_program, self.sandbox, req)
-        except RuntimeError:  # shut down: the server is stopping
-            self._room.release()
-            raise VerifierError("the verifier is stopping", "unavailable") from None
-        fut.add_done_callback(lambda _f: self._room.release())
-        return fut
-
-    def close(self) -> None:
-        """Drop the runs still queued (the sandbox's close kills the running ones)."""
-        self._threads.shutdown(wait=False, cancel_futures=True)
+        return self._submit(run_program, self.sandbox, req)

@@ -43,8 +43,14 @@ def submit_metered(scorer: Scorer, metrics: ServerMetrics, entry: Any, domain: s
     fut.domain = domain  # type: ignore[attr-defined]
 
     def done(f: cf.Future) -> None:
-        result = None if f.cancelled() else f.result()
+        # No result: the item was cancelled (its call went away), or the service failed it
+        # (VerifierError, e.g. out of descriptors), which its call reports instead of a result.
+        err = None if f.cancelled() else f.exception()
+        result = None if f.cancelled() or err is not None else f.result()
         metrics.item_finished(domain, result)
+        if err is not None:
+            logger.warning("item not scored: the service failed", extra={
+                "domain": domain, "error": f"{type(err).__name__}: {err}"[:500]})
         if result is not None:
             metrics.observe_costs(domain, {**getattr(f, "costs", {}), **receive})
             log_item_error(result, domain, logger)

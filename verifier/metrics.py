@@ -12,7 +12,11 @@ endpoint shows counts only, never items. Metric names:
   (queueing included).
 - ``verifier_queue_depth{domain}``: items accepted and not finished (queued or running).
 - ``verifier_active_streams``: open ScoreStream and ScoreBatchStream calls.
-- ``verifier_rejected_total{reason}``: work refused before scoring (queue_full, batch_too_big).
+- ``verifier_rejected_total{reason}``: work refused before scoring (queue_full, batch_too_big,
+  too_many_calls; the HTTP gateway's connections: http_connections and
+  http_connections_per_peer (over a cap, closed at accept), http_header_timeout (closed for
+  not sending a request's headers in time)).
+- ``verifier_http_connections``: open connections of the HTTP gateway.
 - ``verifier_worker_restarts_total{reason}``: math workers replaced (deadline, died; recycled after ``--worker-max-tasks``).
 - ``verifier_sandbox_failures_total``: results with SANDBOX_ERROR.
 - ``verifier_sandbox_up``: 1 when the sandbox passed its start-up self-test.
@@ -96,6 +100,8 @@ class ServerMetrics:
                                     registry=r)
         self.rejected = Counter("verifier_rejected", "Work refused before scoring", ["reason"],
                                 registry=r)
+        self.http_connections = Gauge("verifier_http_connections",
+                                      "Open connections of the HTTP gateway", registry=r)
         self.sandbox_failures = Counter("verifier_sandbox_failures",
                                         "Results with status SANDBOX_ERROR", registry=r)
         self.sandbox_up = Gauge("verifier_sandbox_up",

@@ -28,6 +28,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Callable
 
 from sandbox.scratch import OwnedDir, sweep_dead
+from verifier.descriptors import fd_shortage, unavailable
 from verifier.items import VerifierError
 
 log = logging.getLogger(__name__)
@@ -181,7 +182,16 @@ class _Slot:
         cpu0 = time.thread_time()
         try:
             if self.proc is None or not self.proc.is_alive():
-                self.start_process()
+                try:
+                    self.start_process()
+                except OSError as e:
+                    if not fd_shortage(e):
+                        raise
+                    # Out of descriptors: the replica's state, not the task's; its caller
+                    # reports it as the service's fault (verifier/descriptors.py).
+                    self.kill_process()
+                    task.future.set_exception(unavailable("starting a worker process", e))
+                    return
             assert self.conn is not None
             self.conn.send((task.fn, task.args))
             # The hard deadline: wait on the pipe for at most deadline_s, measured from the

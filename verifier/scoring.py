@@ -3,7 +3,10 @@
 It routes each item to its domain's pure scorer and turns whatever happens into exactly one
 Result per item: math runs in the DeadlinePool's worker processes (a hard deadline per item),
 code runs in sandboxed processes started from a bounded thread pool (the sandbox enforces the
-program's limits). One item's failure never touches another item's result.
+program's limits), the one set of jail slots of the replica (the HTTP gateway's ``/run_code``
+runs take them too, through ``submit_run``). One item's failure never touches another item's
+result. A fault of the service itself (out of file descriptors: verifier/descriptors.py) is no
+item's result: the item's future fails with VerifierError("unavailable") and its call says so.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import threading
 import time
 from concurrent.futures import CancelledError, Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 from sandbox import SandboxKind, SandboxUnavailable, create_sandbox
 from sandbox.forkserver import WarmEntry
@@ -31,6 +34,7 @@ from verifier.config import ScoringConfig
 from verifier.profiles import Profile, get_profile, output_cap
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 def _preload_modules() -> tuple[str, ...]:
     # Imported once in the forkserver so each (re)started worker begins warm. (One forkserver
@@ -103,10 +107,12 @@ class Scorer:
             preload=_preload_modules(),
             max_tasks=config.worker_max_tasks,
         )
+        # The replica's jail slots: each code item and each /run_code run (``submit_run``)
+        # holds one thread while its jail runs, so no more than code_slots jails run at once.
         self._code_threads = ThreadPoolExecutor(
             max_workers=code_slots, thread_name_prefix="verifier-code"
         )
-        # Bounds the code items accepted but not finished, like the math pool's queue.
+        # Bounds the code items and runs accepted but not finished, like the math pool's queue.
         self._code_slots = threading.BoundedSemaphore(config.max_pending + code_slots)
         self.sandbox = sandbox
         self.sandbox_problem: str | None = None
@@ -273,6 +279,11 @@ class Scorer:
             except CancelledError:
                 out.cancel()
                 return
+            except VerifierError as e:
+                # The service's fault (no worker could start: out of descriptors): the
+                # caller's error (UNAVAILABLE), never a verdict on the item.
+                _fail(out, e)
+                return
             except DeadlineExceeded as e:
                 outcome = Outcome(Status.TIMEOUT, str(e))
             except TaskFailed as e:
@@ -343,6 +354,11 @@ class Scorer:
                     profile,
                     costs,
                 )
+            except VerifierError:
+                # The service's fault (out of descriptors: verifier/descriptors.py): the
+                # future fails with it and the call reports it (UNAVAILABLE, HTTP 503); it is
+                # never this item's verdict.
+                raise
             except Exception as e:  # noqa: BLE001 - score_code should not raise; if it does,
                 # the item says so instead of the whole batch failing.
                 log.exception("code scorer failed", extra={"item_id": item.id})
@@ -355,6 +371,24 @@ class Scorer:
         fut.add_done_callback(lambda _f: self._code_slots.release())
         return fut
 
+    def submit_run(self, fn: Callable[..., T], *args: Any) -> "Future[T]":
+        """Run ``fn(*args)``, one jail's work, on a code thread: in the same slots as the code
+        items (``--code-concurrency``) and counted in the same queue bound, so every jail of
+        this replica is bounded by that one number (the HTTP gateway's ``/run_code`` comes
+        here). Raises VerifierError("resource_exhausted") when the queue is full and
+        VerifierError("unavailable") once the Scorer is closed."""
+        if not self._code_slots.acquire(blocking=False):
+            raise VerifierError(
+                f"verifier busy: {self.config.max_pending} code items and runs already "
+                "queued; retry later", "resource_exhausted")
+        try:
+            fut = self._code_threads.submit(fn, *args)
+        except RuntimeError:  # shut down: the server is stopping
+            self._code_slots.release()
+            raise VerifierError("the verifier is stopping", "unavailable") from None
+        fut.add_done_callback(lambda _f: self._code_slots.release())
+        return fut
+
 
 def _result(
     item: Item, outcome: Outcome, limits: Limits, start: float, profile: Profile
@@ -363,6 +397,13 @@ def _result(
     return Result.from_outcome(
         item.id, outcome, limits, elapsed_ms, item.data_source, profile.name
     )
+
+
+def _fail(out: Future, err: Exception) -> None:
+    try:
+        out.set_exception(err)
+    except InvalidStateError:
+        pass  # the call went away and cancelled ``out`` meanwhile
 
 
 def _done(result: Result) -> Future:

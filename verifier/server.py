@@ -1,7 +1,8 @@
 """The gRPC service: a thin layer that converts messages and delegates to the Scorer.
 
 - ``create_server(address) -> (server, port)``: tests bind ``127.0.0.1:0``.
-- ``serve(config)``: the ``verifier serve`` command: health + reflection, SIGTERM drain.
+- ``serve(config)``: the ``verifier serve`` command: health + reflection, SIGTERM drain; it
+  raises the soft RLIMIT_NOFILE to the hard limit first (verifier/descriptors.py).
 
 The servicer (the RPCs themselves) is verifier/servicer.py; VerifierError is the one domain
 exception, and its ``abort`` is the one place that maps it to a gRPC status code (the call gate
@@ -39,6 +40,7 @@ from verifier.metrics import ServerMetrics
 from verifier.proto import verifier_pb2 as pb
 from verifier.proto import verifier_pb2_grpc as pb_grpc
 from verifier.config import ServeConfig
+from verifier.descriptors import raise_nofile_limit
 from verifier.scoring import Scorer
 from verifier.servicer import GRPC_CODES, VerifierServicer, abort, peer
 
@@ -200,6 +202,10 @@ def create_server(
             gateway = HttpGateway(
                 scorer, metrics, tokens, max_body_mb=config.http_max_body_mb,
                 max_requests=config.http_max_requests, body_timeout_s=config.request_timeout_s,
+                max_connections=config.http_max_connections,
+                max_connections_per_peer=config.http_max_connections_per_peer,
+                header_timeout_s=config.http_header_timeout_s,
+                keepalive_s=config.http_keepalive_s,
                 tls_cert=config.tls_cert, tls_key=config.tls_key,
                 tls_client_ca=config.tls_client_ca)
             gateway.start(host, config.http_port)
@@ -235,6 +241,10 @@ def serve(config: ServeConfig) -> None:
     # Before create_server: arenas are made by the threads it starts.
     malloc = MallocTuning()
     malloc.tune()
+    # Descriptors: every connection, jail and pipe needs some, and the usual soft limit of
+    # 1,024 is far below what the kernel allows (verifier/descriptors.py). Before
+    # create_server: the HTTP gateway sizes its connection cap from the limit in force.
+    nofile = raise_nofile_limit()
     host = f"[{config.host}]" if ":" in config.host else config.host
     server, port = create_server(f"{host}:{config.port}", config)
     log.info("verifier listening", extra={
@@ -245,7 +255,10 @@ def serve(config: ServeConfig) -> None:
         "tls": config.tls, "mutual_tls": config.tls_client_ca is not None,
         "token": config.token_file is not None or config.token_env is not None,
         "health_port": server.health_port, "metrics_port": server.metrics_port,
-        "http_port": server.http_port,
+        "http_port": server.http_port, "nofile": nofile,
+        **({"http_max_connections": server.http_gateway.connection_limits.max_total,
+            "http_max_connections_per_peer": server.http_gateway.connection_limits.max_per_peer}
+           if server.http_gateway is not None else {}),
     })
     stop = threading.Event()
     received: list[int] = []

@@ -11,6 +11,10 @@ an ``ItemBatch``) against the stream's in-flight bound, counted in items; the ca
 writes results back as they finish (one per ``Result`` message, or those ready together in a
 ``ResultBatch``). A slot is freed when its result is handed to gRPC, so a client that never
 reads cannot make results pile up.
+
+An item whose future fails with a VerifierError (the service's own fault: the replica out of
+file descriptors, verifier/descriptors.py) is no result: its call ends with that error's code
+(UNAVAILABLE); a stream's results written before it stand, and the client re-sends the rest.
 """
 
 from __future__ import annotations
@@ -158,7 +162,11 @@ class VerifierServicer(pb_grpc.VerifierServicer):
                 f.cancel()
             abort(context, VerifierError("the call's deadline passed before every item was "
                                           "scored", "deadline_exceeded"))
-        return pb.ScoreResponse(results=[self._encode(f) for f in submitted])
+        try:
+            return pb.ScoreResponse(results=[self._encode(f) for f in submitted])
+        except VerifierError as e:  # an item the service failed (e.g. out of descriptors)
+            abort(context, e)
+            raise  # not reached: abort raises
 
     def ScoreStream(
         self, request_iterator: Iterator[pb.Item], context: grpc.ServicerContext
@@ -316,6 +324,11 @@ class VerifierServicer(pb_grpc.VerifierServicer):
                 gated.touch()
                 if finished_reading and reader_state["error"] is not None:
                     abort(context, reader_state["error"])
+        except VerifierError as e:
+            # An item the service failed (out of descriptors: verifier/descriptors.py; raised
+            # by its ``result()`` above) ends the call with that code (UNAVAILABLE): the
+            # results written so far stand, and the client sends the unanswered items again.
+            abort(context, e)
         finally:
             with lock:
                 pending = list(live)
