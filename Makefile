@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-done
 
-.PHONY: setup test demo demo-entropy demo-verifier bench soak protos images engine-stop clean gpu-check
+.PHONY: setup test demo demo-band demo-entropy demo-verifier bench soak protos images engine-stop clean gpu-check
 
 setup: $(STAMP)
 
@@ -17,6 +17,11 @@ test: setup
 
 demo: setup
 	$(PY) scripts/demo.py
+
+# The demo's headline as a band: its recipe over seeds 0-2 on this CPU's kernels and on AVX2
+# ones (6 demo runs, 2 at a time); writes docs/demo/band.json and the plots, prints the table.
+demo-band: setup
+	$(PY) scripts/demo_band.py --plots $(BAND_ARGS)
 
 # The demo's recipe over 3 seeds with and without adaptive entropy control (about 6 demo runs).
 demo-entropy: setup

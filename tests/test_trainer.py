@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -343,6 +344,14 @@ def test_resume_after_sigkill_is_exact(data, policy, tmp_path) -> None:
                      keep_checkpoints=5)
     full = run_cli(["--config", "trainer/configs/demo.yaml", *args, "name=full"])
     assert full.returncode == 0, full.stderr[-3000:]
+    # Without a terminal: a log line per step (its stage 1-based and named, as the docs name
+    # it), the stage's end, and each checkpoint with its step and path.
+    for step, stage in ((1, "stage 1/2 (a)"), (3, "stage 2/2 (b)")):
+        assert re.search(rf"step {step}/5  {re.escape(stage)}  reward \d\.\d{{3}}.*  \d+\.\d s",
+                         full.stderr), full.stderr[-3000:]
+    assert "stage 1/2 (a) ended at step 2; next: stage 2/2 (b)" in full.stderr
+    ckpt = tmp_path / "full" / "checkpoints" / "step_000002"
+    assert f"checkpoint of step 2 saved: {ckpt}" in full.stderr
 
     proc = subprocess.Popen([sys.executable, "-m", "trainer.cli", "run", "--config",
                              "trainer/configs/demo.yaml", *args, "name=cut"], cwd=ROOT,
@@ -716,3 +725,17 @@ def test_unlink_shared_memory_keeps_mappings_and_frees_the_name() -> None:
     finally:
         buf.close()
         (SHM_DIR / name).unlink(missing_ok=True)
+
+
+def test_a_step_line_names_what_the_step_has_and_nothing_else() -> None:
+    """The per-step log line: the stage 1-based with its name; a metric the step does not have
+    (entropy when every group was filtered out: nan) is left out, never printed as nan."""
+    from trainer.metrics_log import step_line
+
+    line = step_line({"step": 7, "stage": 1, "reward/mean": 0.25, "entropy": float("nan"),
+                      "truncated/frac": 0.125, "response_length/mean": 41.26, "time/step": 2.04,
+                      "eval/accuracy": 0.6}, 160, ["short", "long"])
+    assert line == ("step 7/160  stage 2/2 (long)  reward 0.250  eval 60.0%  truncated 12.5%  "
+                    "length 41.3  2.0 s")
+    assert step_line({"step": 0, "stage": 0, "eval/accuracy": 0.5}, 10) == (
+        "step 0/10  stage 1  eval 50.0%")

@@ -38,7 +38,7 @@ from trainer.engines import create_engine
 from trainer.evaluation import ScoredRun, generate_and_score, summarize_run, trainer_metrics
 from trainer.hf_utils import CheckpointError, check_model_path, load_tokenizer, problem_prompt_ids
 from trainer.interfaces import Completion, LossSettings, SamplingParams, TokenBatch, UpdatePlan
-from trainer.metrics_log import MetricsLogger
+from trainer.metrics_log import MetricsLogger, stage_label
 from trainer.plot import plot_run
 from trainer.samples import sample_rows, write_samples
 from trainer.off_policy import response_indices
@@ -50,6 +50,7 @@ from trainer.verifier_bridge import (
     check_verdicts,
     verifier_connection,
 )
+from trainer.provenance import record_environment
 from trainer.warmstart import warm_start
 from verifier.items import NOT_A_VERDICT, Status
 
@@ -146,8 +147,11 @@ class Trainer:
         if latest is not None:
             self._restore(latest)
         if self.rank == 0:  # one writer for the run directory's files
-            self.logger = MetricsLogger(self.run_dir, cfg.log, resume_after=self.step)
+            self.logger = MetricsLogger(self.run_dir, cfg.log, resume_after=self.step,
+                                        total=cfg.total_steps,
+                                        stage_names=[st.name for st in cfg.magic.stages])
             (self.run_dir / "config.yaml").write_text(_yaml(cfg.to_dict()))
+            record_environment(self.run_dir)  # the code, CPU and kernels the numbers came from
 
     def _initial_model_path(self) -> Path:
         cfg = self.cfg
@@ -482,8 +486,11 @@ class Trainer:
                     self._checkpoint_before_stopping(keep=stage_ended)
                     raise eval_error
                 if stage_ended:
-                    log.info("stage ended", extra={"step": self.step,
-                                                   "next_stage": self.schedule.index})
+                    names = [st.name for st in cfg.magic.stages]
+                    log.info("%s ended at step %d; next: %s",
+                             stage_label(self.schedule.index - 1, names), self.step,
+                             stage_label(self.schedule.index, names),
+                             extra={"step": self.step, "next_stage": self.schedule.index})
                     self.save_checkpoint(keep=True)
                 elif (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0) or at_end:
                     self.save_checkpoint()
@@ -532,7 +539,8 @@ class Trainer:
             (root / "latest.tmp").write_text(name)
             (root / "latest.tmp").rename(root / "latest")
             self._prune(root)
-            log.info("checkpoint saved", extra={"path": str(final)})
+            log.info("checkpoint of step %d saved: %s", self.step, final,
+                     extra={"step": self.step, "path": str(final)})
         dist.barrier()
         return final
 

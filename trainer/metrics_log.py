@@ -1,11 +1,14 @@
 """Per-step metrics: ``metrics.jsonl`` (one JSON object per step), TensorBoard event files,
-optional Weights & Biases, and a live rich progress bar (reward, entropy, stage)."""
+optional Weights & Biases, and what a person watching sees: a live rich progress bar on a
+terminal, or else one log line per step (``log.every_steps``), as verl prints each step's
+metrics and TRL logs every ``logging_steps`` (nohup, SLURM, CI and pipes have no terminal)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +26,43 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
+def _finite(metrics: dict[str, Any], key: str) -> float | None:
+    """``metrics[key]`` when it is a finite number this step, else None (a metric that does not
+    exist this step, e.g. entropy when every group was filtered out, is left out, never nan)."""
+    v = metrics.get(key)
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+def stage_label(index: int, names: Sequence[str]) -> str:
+    """The stage as the docs name it: 1-based, with its name ("stage 2/2 (long)")."""
+    if not names:
+        return f"stage {index + 1}"
+    name = names[index] if 0 <= index < len(names) else "?"
+    return f"stage {index + 1}/{len(names)} ({name})"
+
+
+def step_line(metrics: dict[str, Any], total: int, stage_names: Sequence[str] = ()) -> str:
+    """One step's log line: step, stage, reward, held-out accuracy when evaluated, entropy,
+    truncated share, mean response length and the step's seconds, each only when the step has
+    it."""
+    parts = [f"step {int(metrics.get(mn.STEP, 0))}/{total}",
+             stage_label(int(metrics.get(mn.STAGE, 0)), stage_names)]
+    for key, fmt in ((mn.REWARD_MEAN, "reward {:.3f}"), (mn.EVAL_ACCURACY, "eval {:.1%}"),
+                     (mn.ENTROPY, "entropy {:.3f}"), (mn.TRUNCATED_FRAC, "truncated {:.1%}"),
+                     (mn.RESPONSE_LENGTH_MEAN, "length {:.1f}"), (mn.TIME_STEP, "{:.1f} s")):
+        v = _finite(metrics, key)
+        if v is not None:
+            parts.append(fmt.format(v))
+    return "  ".join(parts)
+
+
 class MetricsLogger:
-    def __init__(self, run_dir: Path, settings: Any, resume_after: int = 0):
+    def __init__(self, run_dir: Path, settings: Any, resume_after: int = 0, total: int = 0,
+                 stage_names: Sequence[str] = ()):
         self.path = run_dir / "metrics.jsonl"
         self.settings = settings
+        self.total = total
+        self.stage_names = tuple(stage_names)
         if self.path.exists():
             # On resume, drop steps logged after the checkpoint (the crashed run's tail), so
             # the file reads as one uninterrupted run.
@@ -63,14 +99,16 @@ class MetricsLogger:
         if self._wandb is not None:
             self._wandb.log(row, step=step)
         if self._progress is not None and self._task is not None and mn.REWARD_MEAN in metrics:
-            entropy = metrics.get(mn.ENTROPY)
-            info = (f"reward {metrics[mn.REWARD_MEAN]:.3f}  "
-                    f"entropy {float('nan') if entropy is None else entropy:.3f}  "
-                    f"coef {metrics.get(mn.ENTROPY_COEF, 0):.4f}  "
-                    f"stage {metrics.get(mn.STAGE, 0)}")
-            if mn.EVAL_ACCURACY in metrics:
-                info += f"  eval {metrics[mn.EVAL_ACCURACY]:.3f}"
+            info = step_line(metrics, self.total, self.stage_names).split("  ", 1)[1]
             self._progress.update(self._task, completed=step, info=info)
+        elif self._progress is None and self._every(step, metrics):
+            log.info(step_line(metrics, self.total, self.stage_names))
+
+    def _every(self, step: int, metrics: dict[str, Any]) -> bool:
+        """Whether this step gets a log line: every ``log.every_steps`` steps, and every
+        evaluation (step 0's included)."""
+        every = getattr(self.settings, "every_steps", 1)
+        return bool(every) and (step % every == 0 or mn.EVAL_ACCURACY in metrics)
 
     def start_progress(self, total: int, done: int) -> None:
         console = Console(stderr=True)
