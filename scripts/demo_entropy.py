@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +56,7 @@ def train(out: Path, arm: str, seed: int, extra: list[str], total_steps: int) ->
     run = run_dir(out, arm, seed)
     if finished(run, total_steps):
         return f"{run.name}: finished before, not run again"
+    shutil.rmtree(run, ignore_errors=True)  # a half-made run is made again, not resumed
     log = out / f"{run.name}.log"
     cmd = [sys.executable, "-m", "trainer.cli", "run", "--config", str(CONFIG),
            f"seed={seed}", f"name={run.name}", f"output_dir={out}", "checkpoint_every=0",

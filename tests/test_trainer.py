@@ -182,6 +182,34 @@ def test_unreachable_verifier_fails_before_models_load(data, tmp_path) -> None:
     assert not (tmp_path / "t" / "warm_start").exists()  # nothing heavy happened
 
 
+def test_a_reused_run_name_is_refused_and_overwrite_moves_the_old_run_aside(data, tmp_path) -> None:
+    """A run directory that holds a run is never reused without --resume or --overwrite: the
+    refusal is one line naming both and touches nothing; --overwrite moves the old run aside
+    (never deletes it); and a start that then fails (no verifier) leaves no half-made run
+    directory behind."""
+    old = tmp_path / "t"
+    (old / "checkpoints" / "step_000035").mkdir(parents=True)
+    (old / "config.yaml").write_text("name: t\n")
+    rows = "".join(json.dumps({"step": i}) + "\n" for i in range(1, 36))
+    (old / "metrics.jsonl").write_text(rows)
+    args = ["--config", "trainer/configs/demo.yaml",
+            *overrides(data, tmp_path, verifier__connect_timeout_s=1.0)]
+    r = run_cli(args)
+    assert r.returncode == 2, r.stderr[-2000:]
+    message = r.stderr.strip().splitlines()
+    assert len(message) == 1 and "holds a run already" in message[0], r.stderr
+    assert f"--resume {old}" in message[0] and "--overwrite" in message[0]
+    assert (old / "metrics.jsonl").read_text() == rows  # nothing lost
+
+    r = run_cli([*args, "--overwrite", "--verifier-addr", "127.0.0.1:1"])
+    assert r.returncode != 0
+    assert "moved aside" in r.stderr and "not reachable" in r.stderr, r.stderr[-2000:]
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("t.replaced-")]
+    assert len(aside) == 1 and (aside[0] / "metrics.jsonl").read_text() == rows
+    assert (aside[0] / "checkpoints" / "step_000035").is_dir()
+    assert not old.exists()  # the failed start left nothing behind
+
+
 # -- a real run ------------------------------------------------------------------------------
 
 def test_run_writes_the_run_directory_contract(data, policy, tmp_path) -> None:

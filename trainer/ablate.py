@@ -27,6 +27,7 @@ import importlib.util
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -235,6 +236,10 @@ class Driver:
                 return outcome
             if (run_dir / "checkpoints" / "latest").exists():
                 resume = run_dir
+        if resume is None and run_dir.is_dir() and not run_dir.is_symlink():
+            # An interrupted run with no checkpoint yet: started again from nothing (trainer
+            # run refuses a directory that holds a run; this one is the ablation's own).
+            shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         marker.write_text(json.dumps({"overrides": overrides}, indent=1))
         t0 = time.monotonic()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import sys
 import textwrap
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from rich.markup import escape
 from rich.table import Table
 from transformers.utils import logging as hf_logging
 
-from trainer import dist
+from trainer import dist, run_dirs
 from trainer.ablate import AblateOptions, UnknownAblation, ablate, list_text
 from trainer.config import config_yaml, knob_help, load_config
 from trainer.data import DataError
@@ -81,6 +82,10 @@ class RunArgs:
     """Continue runs/NAME from its latest checkpoint (its config.yaml is the base)."""
     verifier_addr: str | None = None
     """HOST:PORT[,HOST:PORT...] of a verifier fleet; default: start a local one for the run."""
+    overwrite: bool = False
+    """Start afresh in a run directory that holds a run: the old run is moved aside to
+    runs/NAME.replaced-YYYYmmdd-HHMMSS (never deleted). Without it (or --resume) such a start
+    is refused."""
 
 
 @dataclass
@@ -174,7 +179,21 @@ def cmd_run(args: RunArgs) -> int:
         cfg = _resolved_config(args)
     except (ValueError, FileNotFoundError) as e:
         return _user_error(e, "config error")
-    trainer = Trainer(cfg, resume=args.resume is not None)
+    resume = args.resume is not None
+    fresh = False
+    if int(os.environ.get("RANK", "0")) == 0:  # one rank decides for the run directory
+        try:
+            fresh, moved = run_dirs.claim(cfg.run_dir, resume=resume, overwrite=args.overwrite)
+        except run_dirs.RunDirTaken as e:
+            return _user_error(e)
+        if moved is not None:
+            log.warning("--overwrite: the old run in %s was moved aside to %s", cfg.run_dir, moved)
+    try:
+        trainer = Trainer(cfg, resume=resume)
+    except BaseException:
+        if fresh:  # a failed start leaves no half-made run directory
+            run_dirs.release(cfg.run_dir)
+        raise
     try:
         summary = trainer.run()
     except RewardError as e:  # the verifier failed for good; the run checkpointed first
