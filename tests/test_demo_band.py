@@ -117,4 +117,6 @@ def test_the_band_file_is_what_the_readme_shows() -> None:
     b = data["band"]
     assert (f"{100 * b['first'][0]:.1f}-{100 * b['first'][1]:.1f}%" in readme
             and f"{100 * b['final'][0]:.1f}-{100 * b['final'][1]:.1f}%" in readme)
+    gains = [100 * (r["final"] - r["first"]) for r in data["runs"]]
+    assert f"every run gains {min(gains):.1f}-{max(gains):.1f} points" in readme
     assert all(r["warm_start_reached"] for r in data["runs"])

@@ -20,15 +20,11 @@ from __future__ import annotations
 import errno
 import json
 import os
-import resource
 import socket
 import ssl
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
-from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -37,13 +33,14 @@ import pytest
 import requests
 
 from sandbox import RunResult
-from tests.conftest import ROOT, math_item
+from tests.conftest import math_item
 from tests.certs import make_pki
 from tests.conftest_sandbox import nsjail_sandbox, refuse_sandbox  # noqa: F401 - a fixture
 from tests.test_server import _jails_of
 from verifier.client import ClientConfig, VerifierClient
 from verifier.convert import encode_item
 from verifier.http_gateway_run_code import BOOTSTRAP
+from verifier.local import LocalVerifier
 from verifier.proto import verifier_pb2 as pb
 from verifier.proto import verifier_pb2_grpc as pb_grpc
 from verifier.scoring import Scorer, ScoringConfig
@@ -59,49 +56,16 @@ SUM_ITEM = {"id": "sum", "domain": "code", "response": f"```python\n{SUM}\n```",
             "ground_truth": {"inputs": ["1 2\n", "3 4\n"], "outputs": ["3\n", "7\n"]}}
 
 
-class Serve:
+class Serve(LocalVerifier):
     """``verifier serve --port 0 --http-port 0 --metrics-port 0 ARGS`` in a child process, with
     RLIMIT_NOFILE set to ``nofile`` (soft and hard) before it starts when given."""
 
     def __init__(self, *args: str, nofile: int | None = None):
-        def limit() -> None:
-            if nofile is not None:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "verifier.cli", "serve", "--port", "0", "--http-port", "0",
-             "--metrics-port", "0", "--log-format", "json", "--exit-with-parent", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=limit,
-            start_new_session=True)
-        self.lines: deque[str] = deque(maxlen=300)
-        self.listening = self._wait_listening(120.0)
-        threading.Thread(target=self._drain, daemon=True).start()
-        self.addr = self.listening["address"]
-        self.http = f"http://127.0.0.1:{self.listening['http_port']}"
+        super().__init__("--http-port", "0", "--metrics-port", "0", *args, nofile=nofile,
+                         startup_timeout_s=120.0)
+        self.addr = self.address
         self.http_port = int(self.listening["http_port"])
-
-    def _wait_listening(self, timeout_s: float) -> dict:
-        assert self.proc.stdout is not None
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError("verifier serve exited:\n" + "".join(self.lines))
-            self.lines.append(line)
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("message") == "verifier listening":
-                return rec
-        self.proc.kill()
-        raise RuntimeError("verifier serve not ready:\n" + "".join(self.lines))
-
-    def _drain(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
+        self.http = f"http://127.0.0.1:{self.http_port}"
 
     def fds(self) -> int:
         """The server's open descriptors now."""
@@ -115,15 +79,6 @@ class Serve:
         want = f'verifier_rejected_total{{reason="{reason}"}} '
         return sum(float(line[len(want):]) for line in text.splitlines()
                    if line.startswith(want))
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
 
 
 @pytest.fixture

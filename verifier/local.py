@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -27,9 +28,11 @@ class LocalVerifier:
     """``with LocalVerifier(workers=2) as v: VerifierClient(v.address)``."""
 
     def __init__(self, *args: str, port: int = 0, workers: int | None = None,
-                 startup_timeout_s: float = 120.0, root: Path | None = None):
+                 startup_timeout_s: float = 120.0, root: Path | None = None,
+                 nofile: int | None = None):
         """``root``: run the ``verifier`` package of another checkout (the benchmarks compare
-        a change against the code before it in one run); default this one."""
+        a change against the code before it in one run); default this one. ``nofile``: the
+        child's RLIMIT_NOFILE, soft and hard, set before it starts (so it cannot raise it)."""
         # Own session: a terminal's Ctrl-C reaches only the job, which still needs the verifier
         # to finish its step; --exit-with-parent: the server drains and exits if the job dies
         # without stopping it (SIGKILL), so no verifier is left behind.
@@ -42,10 +45,13 @@ class LocalVerifier:
             env={**os.environ, "PYTHONUNBUFFERED": "1",
                  **({"PYTHONPATH": str(root)} if root else {})},
             start_new_session=True,
+            preexec_fn=None if nofile is None else (
+                lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))),
         )
         self.lines: deque[str] = deque(maxlen=200)
         self.sandbox_problem: str | None = None
         self.metrics_port: int | None = None  # with "--metrics-port", the bound port
+        self.listening: dict = {}  # its "verifier listening" log record (ports, settings)
         self.address = self._wait_for_address(startup_timeout_s)
         # Keep draining the child's output so it never blocks on a full pipe.
         self._reader = threading.Thread(target=self._drain, daemon=True)
@@ -64,6 +70,7 @@ class LocalVerifier:
             except ValueError:
                 continue
             if rec.get("message") == "verifier listening":
+                self.listening = rec
                 self.sandbox_problem = rec.get("sandbox_problem")
                 self.metrics_port = rec.get("metrics_port")
                 return rec["address"]
