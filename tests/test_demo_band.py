@@ -87,6 +87,7 @@ def test_a_run_directory_records_what_its_numbers_depend_on(tmp_path, monkeypatc
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # the whole demo: about 5 minutes alone on 2 cores, more under load
 def test_the_demo_headline_stays_in_its_band(tmp_path, demo_data) -> None:
     """The demo's recipe, seed 0, on this CPU's own kernels: its held-out accuracy after the
     warm start and at its last step lie inside the band docs/demo/band.json states (the spread

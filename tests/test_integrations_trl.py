@@ -10,7 +10,6 @@ import multiprocessing as mp
 import pickle
 import shutil
 import time
-import types
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from tests.backend_fixtures import one_torch_thread  # noqa: F401  (autouse fixture)
 from tests.conftest import free_port
+from trainer.config import WarmStartSettings
 from trainer.data import Problem
 from trainer.hf_utils import chat_prompt_ids, load_tokenizer
 from trainer.tiny import save_tiny
@@ -51,8 +51,8 @@ def policy_dir(tmp_path_factory) -> Path:
     tok = load_tokenizer(base)
     problems = [Problem(f"{k}{a}", chat(p), "math", a, "", {}, "")
                 for k, p in PROMPTS.items() for a in ("1", "2")]
-    settings = types.SimpleNamespace(lr=3e-3, steps=60, batch_size=8,
-                                     response_template="\\boxed{{{answer}}}")
+    settings = WarmStartSettings(lr=3e-3, steps=60, batch_size=8,
+                                 response_template="\\boxed{{{answer}}}")
     return warm_start(base, tok, problems, settings, tmp_path_factory.mktemp("warm"), seed=0,
                       prompt_ids=lambda p: chat_prompt_ids(tok, p.messages))
 

@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 import torch
 from transformers import AutoModelForCausalLM
 
+from trainer.config import WarmStartSettings
 from trainer.data import Problem
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,8 @@ def probe_scores(model: Any, x: torch.Tensor, attn: torch.Tensor, labels: torch.
     return exact, nll.item()
 
 
-def warm_start(model_path: Path, tokenizer: Any, problems: Sequence[Problem], settings: Any,
+def warm_start(model_path: Path, tokenizer: Any, problems: Sequence[Problem],
+               settings: WarmStartSettings,
                out_dir: Path, *, seed: int, prompt_ids: Callable[[Problem], list[int]]) -> Path:
     """Train the model at ``model_path`` on the problems' target responses (module docstring)
     and save it, with the tokenizer, to ``out_dir``; returns ``out_dir``. Writes
