@@ -79,18 +79,23 @@ def test_every_yaml_under_deploy_parses() -> None:
 
 @pytest.mark.parametrize("version", [OLDEST_K8S, "latest"])
 def test_every_manifest_validates_against_the_kubernetes_schemas(version: str) -> None:
+    found = manifests()
+    assert len(found) >= 7
+    _validate([(f"{path.name} ({doc['kind']})", doc) for path, doc in found], version)
+
+
+def _validate(docs: list[tuple[str, dict]], version: str) -> None:
+    """Each (label, manifest) validated strictly against Kubernetes ``version`` ("latest": the
+    newest schemas the validator ships); the first invalid one fails the test by its label."""
     from kubernetes_validate.utils import latest_version
 
     v = latest_version() if version == "latest" else version
-    found = manifests()
-    assert len(found) >= 7
-    for path, doc in found:
+    for label, doc in docs:
         try:
             kubernetes_validate.validate(doc, v, strict=True)
         except kubernetes_validate.ValidationError as e:
             where = ".".join(str(x) for x in e.path)
-            pytest.fail(f"{path.name} ({doc['kind']}) invalid for Kubernetes {v}: {where}: "
-                        f"{e.message}")
+            pytest.fail(f"{label} invalid for Kubernetes {v}: {where}: {e.message}")
 
 
 def test_the_validator_is_not_a_rubber_stamp() -> None:
@@ -648,16 +653,8 @@ def test_k8s_http_component_turns_it_on(tmp_path, monkeypatch) -> None:
 
 @pytest.mark.parametrize("version", [OLDEST_K8S, "latest"])
 def test_k8s_http_component_validates_against_the_kubernetes_schemas(version: str) -> None:
-    from kubernetes_validate.utils import latest_version
-
-    v = latest_version() if version == "latest" else version
-    for doc in http_rendered():
-        try:
-            kubernetes_validate.validate(doc, v, strict=True)
-        except kubernetes_validate.ValidationError as e:
-            where = ".".join(str(x) for x in e.path)
-            pytest.fail(f"with components/http: {doc['kind']} {doc['metadata']['name']} "
-                        f"invalid for Kubernetes {v}: {where}: {e.message}")
+    _validate([(f"with components/http: {doc['kind']} {doc['metadata']['name']}", doc)
+               for doc in http_rendered()], version)
 
 
 def test_kubectl_kustomize_renders_the_overlay_as_the_component_says() -> None:
