@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox import RunResult, Sandbox, SandboxLimits
-from verifier.descriptors import fd_shortage, run_jail, unavailable
+from verifier.descriptors import run_jail
 from verifier.items import VerifierError
 
 log = logging.getLogger(__name__)
@@ -228,8 +228,6 @@ def run_program(sandbox: Sandbox, req: RunRequest) -> RunResult:
     except VerifierError:
         raise
     except Exception as e:  # noqa: BLE001 - a sandbox bug is this run's SandboxError
-        if fd_shortage(e):
-            raise unavailable("starting a jail", e) from e
         log.exception("run_code: the sandbox failed")
         return RunResult("error", detail=f"sandbox {sandbox.name} failed: {type(e).__name__}: {e}")
 

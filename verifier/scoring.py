@@ -328,15 +328,7 @@ class Scorer:
                     profile,
                 )
             )
-        if block_s > 0:
-            acquired = self._code_slots.acquire(timeout=block_s)
-        else:
-            acquired = self._code_slots.acquire(blocking=False)
-        if not acquired:
-            raise VerifierError(
-                f"verifier busy: {self.config.max_pending} code items already queued; retry later",
-                "resource_exhausted",
-            )
+        self._take_code_slot(block_s, "code items")
         sandbox = self.sandbox
         costs: dict[str, float] = {}
         queued_at = time.monotonic()
@@ -366,8 +358,31 @@ class Scorer:
             costs["judge"] = time.thread_time() - cpu0
             return _result(item, outcome, item.limits, start, profile)
 
-        fut = self._code_threads.submit(run)
+        fut = self._on_code_thread(run)
         fut.costs = costs  # type: ignore[attr-defined]
+        return fut
+
+    def _take_code_slot(self, block_s: float, what: str) -> None:
+        """A place in the code queue (waiting up to ``block_s``), or
+        VerifierError("resource_exhausted") naming ``what`` is queued."""
+        if block_s > 0:
+            acquired = self._code_slots.acquire(timeout=block_s)
+        else:
+            acquired = self._code_slots.acquire(blocking=False)
+        if not acquired:
+            raise VerifierError(
+                f"verifier busy: {self.config.max_pending} {what} already queued; retry later",
+                "resource_exhausted",
+            )
+
+    def _on_code_thread(self, fn: Callable[..., T], *args: Any) -> "Future[T]":
+        """``fn(*args)`` on a code thread, after ``_take_code_slot``: the place is given back
+        when it ends (or at once, when the executor refuses it)."""
+        try:
+            fut = self._code_threads.submit(fn, *args)
+        except BaseException:
+            self._code_slots.release()
+            raise
         fut.add_done_callback(lambda _f: self._code_slots.release())
         return fut
 
@@ -377,17 +392,11 @@ class Scorer:
         this replica is bounded by that one number (the HTTP gateway's ``/run_code`` comes
         here). Raises VerifierError("resource_exhausted") when the queue is full and
         VerifierError("unavailable") once the Scorer is closed."""
-        if not self._code_slots.acquire(blocking=False):
-            raise VerifierError(
-                f"verifier busy: {self.config.max_pending} code items and runs already "
-                "queued; retry later", "resource_exhausted")
+        self._take_code_slot(0.0, "code items and runs")
         try:
-            fut = self._code_threads.submit(fn, *args)
+            return self._on_code_thread(fn, *args)
         except RuntimeError:  # shut down: the server is stopping
-            self._code_slots.release()
             raise VerifierError("the verifier is stopping", "unavailable") from None
-        fut.add_done_callback(lambda _f: self._code_slots.release())
-        return fut
 
 
 def _result(
