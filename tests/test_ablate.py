@@ -1,8 +1,9 @@
 """`trainer ablate` (trainer/ablate.py, trainer/ablate_report.py, trainer/ablations.py): the
-verdict of an ablation from its checks (the primary decides, secondaries cannot sink it, an
-ablation undecidable on CPU says so), a run's numbers over the windows the claims read, every
-ablation's variants as valid `trainer run` configs with one primary check each, the README table
-from the summaries, and end to end on a tiny budget: report, plots and summary written, the
+labels of an ablation from its checks (the mechanism and the benefit each by its own check,
+secondaries cannot sink them, an ablation undecidable on CPU says so), a run's numbers over the windows the claims read, every
+ablation's variants as valid `trainer run` configs with one benefit check each, the
+pre-registration (rendered document, fresh seeds, power, which runs are confirmatory), the README
+tables from the confirmatory and exploratory summaries, and end to end on a tiny budget: report, plots and summary written, the
 verdict from the stated statistic, a failing variant recorded with a non-zero exit, resume, an
 unknown name. The statistic itself: tests/test_ablation_stats.py."""
 
@@ -26,9 +27,10 @@ from trainer.ablation_stats import (
     check_verdict,
     pair_by_seed,
 )
-from trainer.ablations import ABLATIONS, PROFILES, Ablation, Check, Variant, run_numbers
+from trainer.ablations import ABLATIONS, LABELS, PROFILES, Ablation, Check, Variant, run_numbers
 from trainer.cli import main as cli_main
 from trainer.config import load_config
+from trainer.preregistration import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # -- an ablation's verdict ---------------------------------------------------------------------
 
 TOY = Ablation("toy", "claim (Fig. 0)", (Variant("a", {}), Variant("b", {}), Variant("c", {})),
-               (Check("x", "a", "b", "higher", primary=True), Check("y", "a", "b", "lower"),
+               (Check("x", "a", "b", "higher", role="benefit"), Check("y", "a", "b", "lower"),
                 Check("x", "a", "c", "higher")))
 
 
@@ -46,13 +48,14 @@ def numbers(**per_variant: list[tuple[float, float]]) -> dict:
             for v, vals in per_variant.items()}
 
 
-def test_the_primary_check_decides_and_secondaries_cannot_sink_it() -> None:
+def test_the_benefit_check_decides_and_secondaries_cannot_sink_it() -> None:
     a = [(0.50, 0.5), (0.52, 0.6), (0.48, 0.4), (0.51, 0.5)]
-    b = [(0.60, 0.9), (0.63, 0.8), (0.57, 0.9), (0.62, 0.7)]  # x higher (primary), y higher
-    verdict, checks = rep.decide(TOY, numbers(a=a, b=b, c=a))
-    assert verdict == REPRODUCED
+    b = [(0.60, 0.9), (0.63, 0.8), (0.57, 0.9), (0.62, 0.7)]  # x higher (benefit), y higher
+    labels, checks = rep.decide(TOY, numbers(a=a, b=b, c=a))
+    assert labels["benefit"]["verdict"] == REPRODUCED and labels["mechanism"] is None
+    assert rep.verdict_text(labels) == "benefit reproduced"
     by = {c["check"]: c for c in checks}
-    assert by["x: b higher than a"]["role"] == "primary"
+    assert by["x: b higher than a"]["role"] == "benefit"
     assert by["y: b lower than a"]["verdict"] == NOT_REPRODUCED  # reported, did not sink it
     assert by["x: c higher than a"]["verdict"] == INCONCLUSIVE  # c == a
     prim = by["x: b higher than a"]
@@ -61,16 +64,31 @@ def test_the_primary_check_decides_and_secondaries_cannot_sink_it() -> None:
     assert (prim["mean_diff"], prim["ci90"], prim["pairs"]) == \
         (expected.mean, [expected.low, expected.high], 4)
     assert prim["ci90"][0] > 0
+    assert prim["detectable"] > 0 and labels["benefit"]["ci90"] == prim["ci90"]
 
 
-def test_a_missing_primary_arm_is_inconclusive_and_pairs_drop_with_why() -> None:
+def test_mechanism_and_benefit_are_labelled_apart() -> None:
+    """"Mechanism reproduced, benefit not reproduced" is a result: each label from its own
+    check, neither able to change the other."""
+    two = replace(TOY, checks=(Check("y", "a", "b", "higher", role="mechanism"),
+                               Check("x", "a", "b", "higher", role="benefit")))
+    a = [(0.50, 0.5), (0.52, 0.6), (0.48, 0.4), (0.51, 0.5)]
+    b = [(0.40, 0.9), (0.43, 0.8), (0.37, 0.9), (0.42, 0.7)]  # y higher, x lower
+    labels, _ = rep.decide(two, numbers(a=a, b=b, c=a))
+    assert labels["mechanism"]["verdict"] == REPRODUCED
+    assert labels["benefit"]["verdict"] == NOT_REPRODUCED
+    assert rep.verdict_text(labels) == "mechanism reproduced, benefit not reproduced"
+
+
+def test_a_missing_benefit_arm_is_inconclusive_and_pairs_drop_with_why() -> None:
     a = [(0.5, 0.5), (0.52, 0.6), (0.48, 0.4)]
-    verdict, checks = rep.decide(TOY, numbers(a=a, b=[], c=a))
-    assert verdict == INCONCLUSIVE and all(c["role"] == "secondary" for c in checks)
+    labels, checks = rep.decide(TOY, numbers(a=a, b=[], c=a))
+    assert labels["benefit"]["verdict"] == INCONCLUSIVE and labels["benefit"]["pairs"] == 0
+    assert all(c["role"] == "secondary" for c in checks)
     one_side = numbers(a=a, b=[(0.6, 0.1), (0.7, 0.1), (0.65, 0.1)], c=a)
     del one_side["b"][2]  # seed 2 of b failed
     _, checks = rep.decide(TOY, one_side)
-    prim = next(c for c in checks if c["role"] == "primary")
+    prim = next(c for c in checks if c["role"] == "benefit")
     assert prim["pairs"] == 2 and prim["seeds"] == [0, 1]
     assert "treatment" in prim["dropped"]["2"]
 
@@ -79,16 +97,20 @@ def test_an_ablation_undecidable_on_cpu_says_so_whatever_its_checks() -> None:
     a = [(0.50, 0.5), (0.52, 0.6), (0.48, 0.4)]
     b = [(0.60, 0.9), (0.63, 0.8), (0.57, 0.9)]
     marked = replace(TOY, undecidable_on_cpu="no mechanism")
-    verdict, checks = rep.decide(marked, numbers(a=a, b=b, c=a))
-    assert verdict == rep.UNDECIDABLE and checks[0]["verdict"] == REPRODUCED
+    labels, checks = rep.decide(marked, numbers(a=a, b=b, c=a))
+    assert labels["benefit"]["verdict"] == rep.UNDECIDABLE and checks[0]["verdict"] == REPRODUCED
 
 
-def test_an_ablation_needs_exactly_one_primary_check() -> None:
-    with pytest.raises(ValueError, match="exactly one primary"):
+def test_an_ablation_needs_one_benefit_check_and_at_most_one_mechanism_check() -> None:
+    with pytest.raises(ValueError, match="exactly one benefit"):
         Ablation("t", "c", (Variant("a", {}), Variant("b", {})), (Check("x", "a", "b",
                                                                        "higher"),))
+    with pytest.raises(ValueError, match="at most one mechanism"):
+        Ablation("t", "c", (Variant("a", {}), Variant("b", {})),
+                 (Check("x", "a", "b", "higher", role="benefit"),
+                  *[Check(m, "a", "b", "higher", role="mechanism") for m in "yz"]))
     with pytest.raises(ValueError, match="unknown variant"):
-        Ablation("t", "c", (Variant("a", {}),), (Check("x", "a", "z", "higher", primary=True),))
+        Ablation("t", "c", (Variant("a", {}),), (Check("x", "a", "z", "higher", role="benefit"),))
 
 
 def test_run_numbers_over_the_claims_windows() -> None:
@@ -103,6 +125,8 @@ def test_run_numbers_over_the_claims_windows() -> None:
     f = run_numbers(rows, entropy_target=0.5, window=3)
     assert f["eval/accuracy"] == 0.6 and f["eval/accuracy_best"] == 0.7
     assert f["eval/accuracy_auc"] == pytest.approx((0.5 + 0.7 + 0.6) / 3)  # step 0 left out
+    assert f["eval/accuracy_last3"] == pytest.approx((0.5 + 0.7 + 0.6) / 3)
+    assert run_numbers(rows[:9])["eval/accuracy_last3"] is None  # 2 evaluations after step 0
     assert f["eval/accuracy@stage1"] == 0.5
     assert f["eval/last_stage_gain"] == pytest.approx(0.6 - 0.5)  # the stage began after step 4
     assert f["entropy"] == pytest.approx(1.05)  # steps 10, 11 (12 logged no entropy)
@@ -136,19 +160,26 @@ def test_every_variant_is_a_valid_trainer_run_config(name, profile, tmp_path) ->
     """The knobs exist: the profile's, the ablation's and the variant's overrides load through
     `trainer run`'s own config loader, and each variant sets what it claims to."""
     a = ABLATIONS[name]
+    if profile == "confirm" and plan(name).pending:
+        pytest.skip(f"{name} is not registered")
     driver = ab.Driver(ab.AblateOptions(name=name, profile=profile, out=tmp_path))
-    assert driver.variants and len(driver.seeds) == PROFILES[profile].seeds
-    assert a.primary in a.checks_for([v.name for v in driver.variants]), \
-        "the profile does not run the primary check's variants"
+    seeds = plan(name).seed_list if profile == "confirm" else list(range(PROFILES[profile].seeds))
+    assert driver.variants and driver.seeds == seeds
+    ran = a.checks_for([v.name for v in driver.variants])
+    if profile != "quick":
+        assert all(a.labelled(r) in ran for r in LABELS if a.labelled(r)), \
+            "the profile does not run the labelled checks' variants"
     for v in driver.variants:
         cfg = load_config(ab.BASE_CONFIG, driver.run_overrides(v, 1, tmp_path / "model"))
         assert cfg.seed == 1 and cfg.tiny_model is None and cfg.warm_start.steps == 0
         assert cfg.run_dir == tmp_path / name / "runs" / f"{v.name}-s1"
         for key, value in {**a.setup, **v.overrides}.items():
-            section, field = key.split(".")
-            got = getattr(getattr(cfg, section), field)
+            section, _, field = key.rpartition(".")
+            got = getattr(getattr(cfg, section) if section else cfg, field)
             if isinstance(got, bool):
                 assert got == (value == "true"), (key, got, value)
+            elif key == "total_steps":
+                assert cfg.total_steps == int(value)
             elif field != "stages":
                 assert str(got) == value or float(got) == float(value), (key, got, value)
     for c in a.checks:
@@ -239,8 +270,8 @@ def test_end_to_end_report_plots_summary_and_a_failing_variant(tiny_ablation) ->
     assert bad["seeds"] == [] and bad["mean"] == {}
     assert "must divide prompts_per_step" in bad["failed"][0]["error"]
     assert "FAILED: nsgd4-mb seed 0" in r.stderr and "must divide" in r.stderr
-    # the verdict rests on the stated statistic over the per-seed numbers: the primary check
-    # (nsgd4-mb's) has a failed arm, so it is not among the checks and the verdict is
+    # the labels rest on the stated statistic over the per-seed numbers: the labelled checks
+    # (nsgd4-mb's) have a failed arm, so they are not among the checks and the labels are
     # inconclusive; a secondary check with one seed a side has no interval
     checks = {c["check"]: c for c in summary["checks"]}
     assert all(c["role"] == "secondary" for c in checks.values())
@@ -253,8 +284,13 @@ def test_end_to_end_report_plots_summary_and_a_failing_variant(tiny_ablation) ->
     assert (acc["verdict"], acc["mean_diff"], acc["pairs"]) == \
         (expected.verdict, expected.mean, expected.pairs)
     assert acc["verdict"] == INCONCLUSIVE and acc["reason"].startswith("1 paired seed")
-    assert summary["verdict"] == INCONCLUSIVE
+    assert summary["verdict"] == "mechanism inconclusive, benefit inconclusive"
+    assert summary["benefit"]["verdict"] == INCONCLUSIVE
+    assert summary["confirmatory"] is False and summary["seeds"] == [0]
+    assert "exploratory" in summary["not_confirmatory_because"][0]
+    assert len(summary["code_commits"]) == 1 and summary["machines"][0]["flags"]
     report = (root / "report.md").read_text()
+    assert "**Exploratory**" in report
     assert "**Claim.**" in report and f"**Verdict: {summary['verdict']}.**" in report
     assert "| on-policy | (1, D, D, 1) = (1, 6, 6, 1)" in report and "FAILED" in report
     assert "must divide prompts_per_step" in report
@@ -374,45 +410,81 @@ def test_the_kl_ablation_logs_the_kl_at_beta_0(tiny_ablation) -> None:
     rows = [row for row in ab._rows(out / "kl" / "runs" / "beta0-s0") if "reward/mean" in row]
     assert len(rows) == 2 and all("losses/kl" in row for row in rows)  # values: test_trainer
     summary = json.loads((out / "kl" / "summary.json").read_text())
-    assert summary["verdict"] == rep.UNDECIDABLE and "late-training" in \
+    assert summary["benefit"]["verdict"] == rep.UNDECIDABLE and "late-training" in \
         summary["undecidable_on_cpu"]
     assert "The mechanism is absent here" in (out / "kl" / "report.md").read_text()
-    assert f"verdict: {rep.UNDECIDABLE}" in r.stdout
+    assert f"benefit {rep.UNDECIDABLE}" in r.stdout
 
 
-def test_the_readme_table_is_made_from_the_summaries(tmp_path) -> None:
-    """`python -m trainer.ablate_report DIR`: the table between the README's markers, one row
-    per summary.json, with the primary check's interval and the wall time; unknown
-    ablations and a README without markers are errors."""
-    entry = {"check": "x: b higher than a", "role": "primary", "mean_diff": 0.05,
-             "ci90": [0.01, 0.09], "pairs": 6, "verdict": REPRODUCED}
-    for name, verdict in (("temperature", REPRODUCED), ("kl", rep.UNDECIDABLE)):
-        d = tmp_path / "abl" / name
-        d.mkdir(parents=True)
-        (d / "summary.json").write_text(json.dumps({
-            "ablation": name, "verdict": verdict, "seconds": 3000.0,
-            "undecidable_on_cpu": "why not" if name == "kl" else None,
-            "checks": [entry, {**entry, "role": "secondary", "check": "y",
-                               "verdict": INCONCLUSIVE}]}))
+def test_the_readme_tables_are_made_from_the_summaries(tmp_path) -> None:
+    """`python -m trainer.ablate_report DIR`: between the README's markers, the confirmatory
+    table from DIR/confirmatory/NAME/summary.json (mechanism and benefit labels with their
+    intervals, the pre-registration commit; a summary not marked confirmatory there is an
+    error) and the exploratory one from DIR/NAME/summary.json, relabelled from each check's
+    stored differences; unknown ablations and a README without markers are errors."""
+    def entry(check, role, metric, base, treat, diffs, expect="higher", margin=0.0):
+        return {"check": check, "role": role, "metric": metric, "baseline": base,
+                "treatment": treat, "expect": expect, "margin": margin, "diffs": diffs,
+                "seeds": list(range(len(diffs))), "verdict": INCONCLUSIVE}
+
+    old = tmp_path / "abl" / "temperature"
+    old.mkdir(parents=True)
+    (old / "summary.json").write_text(json.dumps({
+        "ablation": "temperature", "seconds": 3000.0, "checks": [
+            entry("auc", "primary", "eval/accuracy_auc", "t0.6", "t1.0",
+                  [0.02, 0.03, 0.025, 0.02]),
+            entry("ent", "secondary", "entropy/rollout@run", "t0.6", "t1.0",
+                  [-0.01, -0.012, -0.011])]}))
+    conf = tmp_path / "abl" / "confirmatory" / "batch-size"
+    conf.mkdir(parents=True)
+    label = {"check": "b", "verdict": NOT_REPRODUCED, "mean_diff": -0.03, "ci90": [-0.05, -0.01],
+             "pairs": 7}
+    (conf / "summary.json").write_text(json.dumps({
+        "ablation": "batch-size", "confirmatory": True, "preregistration_commit": "ab" * 20,
+        "seeds": [1000, 1006], "seconds": 1200.0, "mechanism": None, "benefit": label}))
     readme = tmp_path / "README.md"
     readme.write_text(f"before\n{rep.BEGIN}\nstale\n{rep.END}\nafter\n")
     assert rep.main([str(tmp_path / "abl"), "--readme", str(readme)]) == 0
     text = readme.read_text()
     assert "stale" not in text and text.startswith("before\n") and text.endswith("after\n")
-    lines = text.splitlines()
-    assert lines.index(next(x for x in lines if "`temperature`" in x)) < \
-        lines.index(next(x for x in lines if "`kl`" in x))  # trainer/ablations.py's order
-    assert "| `temperature` | **reproduced** | x: b higher than a: 0.05 [0.01, 0.09], 6 pairs" \
-        in text and "y: inconclusive" in text and "50 min" in text
-    assert "**undecidable on CPU** (why not)" in text
-    assert "[report](abl/kl/report.md)" in text
-    assert "| `off-policy` | not yet run with this statistic |" in text  # no summary
+    confirm, explore = text.split("**Exploratory**")
+    assert ("| `batch-size` | confirmatory, pre-registered at ababababab, seeds 1000-1006 | "
+            "- (no such part) | **not reproduced**: -0.03 [-0.05, -0.01], 7 pairs | 20 min | "
+            "[report](abl/confirmatory/batch-size/report.md) |") in confirm
+    assert "| `temperature` | registered, 9 seeds, not yet run" in confirm
+    assert "| `kl` | not registered yet" in confirm
+    # exploratory: the benefit re-decided from the stored differences, the mechanism from the
+    # entropy check on the same arms, each naming what it was measured on
+    row = next(x for x in explore.splitlines() if x.startswith("| `temperature`"))
+    assert "**reproduced**" in row.split("|")[3] and "(eval/accuracy_auc)" in row
+    assert "**not reproduced**" in row.split("|")[2] and "(entropy/rollout@run)" in row
+    assert "| `kl` | not run | not run |" in explore
+    (conf / "summary.json").write_text(json.dumps({"ablation": "batch-size",
+                                                   "confirmatory": False,
+                                                   "not_confirmatory_because": ["a pilot seed"]}))
+    assert rep.main([str(tmp_path / "abl"), "--readme", str(readme)]) == 2
+    (conf / "summary.json").unlink()
     (tmp_path / "abl" / "nope").mkdir()
     (tmp_path / "abl" / "nope" / "summary.json").write_text("{}")
     assert rep.main([str(tmp_path / "abl"), "--readme", str(readme)]) == 2
     (tmp_path / "abl" / "nope" / "summary.json").unlink()
     readme.write_text("no markers")
     assert rep.main([str(tmp_path / "abl"), "--readme", str(readme)]) == 2
+
+
+def test_the_committed_exploratory_summaries_read_as_the_review_found() -> None:
+    """The committed exploratory runs, relabelled: entropy control holds entropy (mechanism
+    reproduced) and costs accuracy here (benefit not reproduced); staged lengths at equal
+    steps save tokens and fall short by more than 2 points."""
+    def labels(name):
+        s = json.loads((ROOT / "docs" / "ablations" / name / "summary.json").read_text())
+        return rep.exploratory_labels(ABLATIONS[name], s)
+
+    ec = labels("entropy-control")
+    assert (ec["mechanism"]["verdict"], ec["benefit"]["verdict"]) == (REPRODUCED, NOT_REPRODUCED)
+    ms = labels("multi-stage")
+    assert (ms["mechanism"]["verdict"], ms["benefit"]["verdict"]) == (REPRODUCED, NOT_REPRODUCED)
+    assert labels("clip-higher")["benefit"]["verdict"] == rep.UNDECIDABLE
 
 
 def test_run_identity_ignores_the_place_and_nothing_else(tmp_path) -> None:

@@ -4,10 +4,17 @@ overlay plots.
 
 Every run is ``python -m trainer.cli run --config trainer/configs/demo.yaml key=value ...``
 in a child process: the profile's overrides, then ``--set`` ones, the ablation's setup, the
-variant's, and last the run's place (name, output_dir, model_path, data). All variants and seeds
-start from one warm-started policy, made once per out directory by a one-step ``trainer run``
-of the demo config (its warm_start/ folder), so seeds vary the RL run (data order, sampling,
-mini-batch shuffles), not the starting point.
+variant's, and last the run's place (name, output_dir, model_path, data). The runs start from a
+warm-started policy made by a one-step ``trainer run`` of the demo config (its warm_start/
+folder), kept per out directory: on the quick and full profiles one for all (seed 0), so seeds
+vary the RL run (data order, sampling, mini-batch shuffles), not the starting point; on the
+confirm profile one per seed, made with that seed and shared by both arms of its pairs, so a
+label holds over the spread of warm starts.
+
+``--profile confirm`` runs the pre-registered design (trainer/preregistration.py) on its seeds,
+from a clean checkout whose pre-registration document is committed; its summary is marked
+confirmatory only when every run's code commit (environment.json) descends from the
+pre-registration commit, and names every run that does not.
 
 Resume: a run whose metrics reach its last step with a held-out evaluation is finished and not
 run again; one with a checkpoint continues with ``trainer run --resume``. Reuse: a variant whose
@@ -41,9 +48,11 @@ import yaml
 
 from trainer import metric_names as mn
 from trainer.ablate_report import DONE, build_summary, fmt, report_markdown, write_plots
-from trainer.ablations import ABLATIONS, PROFILES, Ablation, Variant
+from trainer.ablations import ABLATIONS, LABELS, PROFILES, Ablation, Variant
+from trainer import preregistration
 from trainer.config import RunConfig, load_config
 from trainer.plot import read_metrics
+from trainer.provenance import code_commit
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +98,16 @@ def get_ablation(name: str) -> Ablation:
 
 
 def list_text() -> str:
-    """Each ablation: its claim, its primary check, and whether the CPU toy world can decide it
-    (the mechanism that is absent, when not)."""
+    """Each ablation: its claim, its mechanism and benefit checks, whether it is pre-registered,
+    and whether the CPU toy world can decide it (the mechanism that is absent, when not)."""
     out = []
     for n, a in ABLATIONS.items():
         out.append(f"{n}: {a.claim}")
-        out.append(f"    primary check: {a.primary.describe()}")
+        for role in LABELS:
+            c = a.labelled(role)
+            out.append(f"    {role}: {c.describe() if c else 'none (the claim has no such part)'}")
+        plan = preregistration.plan(n)
+        out.append(f"    pre-registration: {'not registered: ' + plan.pending if plan.pending else f'{plan.seeds} seeds (--profile confirm)'}")
         if a.undecidable_on_cpu:
             out.append(f"    UNDECIDABLE ON CPU: {a.undecidable_on_cpu}")
         optional = [v.name for v in a.variants if v.optional]
@@ -136,7 +149,18 @@ class Driver:
             raise ValueError(f"unknown profile {opts.profile!r}; valid: {', '.join(PROFILES)}")
         self.profile = PROFILES[opts.profile]
         self.opts = opts
-        self.seeds = list(range(opts.seeds if opts.seeds is not None else self.profile.seeds))
+        if self.profile.confirmatory:
+            plan = preregistration.plan(self.ablation.name)
+            if plan.pending:
+                raise ValueError(f"{self.ablation.name} has no pre-registered design "
+                                 f"({plan.pending}); --profile full makes an exploratory run")
+            if opts.seeds is not None or opts.variants or opts.extra:
+                raise ValueError("--profile confirm runs the registered design as it is: no "
+                                 "--seeds, --variants or --set")
+            self.seeds = plan.seed_list
+        else:
+            self.seeds = list(range(opts.seeds if opts.seeds is not None
+                                    else self.profile.seeds))
         if not self.seeds:
             raise ValueError("--seeds must be >= 1")
         variants = self.ablation.variants_for(opts.profile)
@@ -169,13 +193,13 @@ class Driver:
         self.data.mkdir(parents=True, exist_ok=True)
         demo.write_data(self.data)
 
-    def warm_start(self) -> Path:
-        """The warm-started policy every run starts from: a one-step ``trainer run`` of the
-        base config, kept per out directory under a key of the settings that shape it (so
-        another ablation, or other ``--set`` steps, reuse it)."""
+    def warm_start(self, seed: int = 0) -> Path:
+        """The warm-started policy a run starts from: a one-step ``trainer run`` of the base
+        config with ``seed``, kept per out directory under a key of the settings that shape it
+        (so another ablation, or other ``--set`` steps, reuse it)."""
         overrides = [*self.common(), *self.data_overrides(), "total_steps=1",
                      "eval.every_steps=0", "checkpoint_every=0", "log.plots=false",
-                     "log.samples_every=0", "log.tensorboard=false", "seed=0"]
+                     "log.samples_every=0", "log.tensorboard=false", f"seed={seed}"]
         cfg = load_config(BASE_CONFIG, overrides).to_dict()
         shaping = {k: cfg[k] for k in ("tiny_model", "warm_start", "data", "seed")}
         shaping["max_prompt_length"] = cfg["magic"]["max_prompt_length"]
@@ -296,14 +320,21 @@ class Driver:
     def run(self) -> tuple[dict[str, Any], list[RunOutcome]]:
         """Every variant x seed; returns (summary, outcomes). KeyboardInterrupt propagates
         after the running child stopped."""
+        if self.profile.confirmatory:
+            self.check_confirmable()
         self.root.mkdir(parents=True, exist_ok=True)
         self.write_data()
-        model = self.warm_start()
+        models: dict[int, Path] = {}
         outcomes: list[RunOutcome] = []
+        for seed in self.seeds:
+            if self.profile.warm_start_per_seed or not models:
+                models[seed] = self.warm_start(seed if self.profile.warm_start_per_seed else 0)
+            else:
+                models[seed] = next(iter(models.values()))
         for variant in self.variants:
             for seed in self.seeds:
                 print(f"[{self.ablation.name}] {variant.name} seed {seed} ...", flush=True)
-                o = self.run_one(variant, seed, model)
+                o = self.run_one(variant, seed, models[seed])
                 outcomes.append(o)
                 how = {"skipped": "already finished, not run again",
                        "reused": f"reused {o.reused_from} (the same resolved config)",
@@ -315,9 +346,54 @@ class Driver:
         summary = build_summary(self.ablation, self.variants, outcomes, self.quadruples(),
                                 base=self.out)
         summary["profile"] = self.profile.name
+        summary.update(self.standing(outcomes))
         write_outputs(self, summary, outcomes)
         return summary, outcomes
 
+
+    def check_confirmable(self) -> None:
+        """Refuse to start a confirmatory ablation whose runs could not count: uncommitted
+        changes, or a design that is not the one committed in the pre-registration."""
+        code = code_commit()
+        if not code["commit"]:
+            raise RuntimeError("--profile confirm needs a git checkout (the runs record their "
+                               "code commit)")
+        if code["dirty"]:
+            raise RuntimeError("--profile confirm needs a clean checkout: commit or stash the "
+                               f"changes to tracked files at {code['commit'][:12]} first")
+        fp = preregistration.fingerprint(self.ablation)
+        if preregistration.preregistration_commit(self.ablation.name, fp) is None:
+            raise RuntimeError(f"the design of {self.ablation.name} is not the one committed in "
+                               f"{preregistration.DOC}: run python -m trainer.preregistration, "
+                               "commit it, then run again")
+
+    def standing(self, outcomes: Sequence[RunOutcome]) -> dict[str, Any]:
+        """summary.json's top-level record of where its runs come from: the seeds, each run's
+        code commits and machines (environment.json), and, on the confirm profile, whether
+        they are confirmatory (and why not)."""
+        records = {(o.variant, o.seed): _environment(o.run_dir) for o in outcomes
+                   if o.status in DONE}
+        every = [r for rs in records.values() for r in rs]
+        out: dict[str, Any] = {
+            "seeds": list(self.seeds),
+            "code_commits": sorted({(r.get("code") or {}).get("commit") or "unknown"
+                                    for r in every}),
+            "machines": _machines(every),
+            "confirmatory": False,
+        }
+        if not self.profile.confirmatory:
+            out["not_confirmatory_because"] = [f"the {self.profile.name} profile is exploratory"]
+            return out
+        commit, why = preregistration.problems(
+            self.ablation, [(v, s, rs) for (v, s), rs in records.items()])
+        missing = [f"{o.variant} seed {o.seed}: {o.status}" for o in outcomes
+                   if o.status not in DONE]
+        why += missing
+        out.update({"confirmatory": not why, "preregistration_commit": commit,
+                    "fingerprint": preregistration.fingerprint(self.ablation)})
+        if why:
+            out["not_confirmatory_because"] = why
+        return out
 
     def quadruples(self) -> dict[str, list[int]]:
         """(N_SGD, D_R, D_T, N_reuse) in numbers, as each variant's config derives it."""
@@ -332,6 +408,30 @@ class Driver:
                 continue
             out[v.name] = [q.n_sgd, q.rollout_batch_size, q.mini_batch_size, q.n_reuse]
         return out
+
+
+def _environment(run_dir: Path) -> list[dict[str, Any]]:
+    """A run directory's environment.json records (one per start; trainer/provenance.py)."""
+    try:
+        records = json.loads((run_dir / "environment.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return records if isinstance(records, list) else []
+
+
+def _machines(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The distinct machines and numerical builds among environment records: CPU model and
+    kernel-choosing flags, torch's CPU capability, MKL, torch's version."""
+    seen: list[dict[str, Any]] = []
+    for r in records:
+        m = {"cpu": (r.get("cpu") or {}).get("model"),
+             "flags": (r.get("cpu") or {}).get("flags"),
+             "torch_cpu_capability": (r.get("numerics") or {}).get("torch_cpu_capability"),
+             "mkl": (r.get("numerics") or {}).get("mkl"),
+             "torch": (r.get("libraries") or {}).get("torch")}
+        if m not in seen:
+            seen.append(m)
+    return seen
 
 
 def _rows(run_dir: Path) -> list[dict]:
@@ -427,11 +527,13 @@ def ablate(opts: AblateOptions) -> int:
         signal.signal(signal.SIGTERM, previous)
     print(f"verdict: {summary['verdict']}" + (f" ({summary['undecidable_on_cpu']})"
                                               if summary["undecidable_on_cpu"] else ""))
+    print("confirmatory" if summary["confirmatory"] else
+          "NOT confirmatory: " + "; ".join(summary.get("not_confirmatory_because", [])))
     for c in summary["checks"]:
         low, high = c["ci90"]
         ci = f"[{fmt(low)}, {fmt(high)}]" if low is not None else "no interval"
         print(f"  {c['role']}: {c['check']}: mean difference {fmt(c['mean_diff'])}, 90% {ci}, "
-              f"{c['pairs']} pairs -> {c['verdict']}")
+              f"{c['pairs']} pairs, detectable {fmt(c.get('detectable'))} -> {c['verdict']}")
     print(f"report:  {driver.root / 'report.md'}\nsummary: {driver.root / 'summary.json'}")
     failed = [o for o in outcomes if o.status == "failed"]
     for o in failed:

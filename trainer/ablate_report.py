@@ -12,6 +12,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from statistics import mean, stdev
 from typing import Any
@@ -23,11 +24,13 @@ from trainer.ablation_stats import (
     INCONCLUSIVE,
     LEVEL,
     CheckResult,
+    Paired,
     check_verdict,
     pair_by_seed,
     secondary_verdicts,
 )
-from trainer.ablations import ABLATIONS, Ablation, Check, Variant, run_numbers
+from trainer.ablations import ABLATIONS, LABELS, Ablation, Check, Variant, run_numbers
+from trainer.preregistration import detectable, plan
 from trainer.plot import plt, series, trailing_mean  # pyplot, headless (Agg)
 
 UNDECIDABLE = "undecidable on CPU"
@@ -41,21 +44,25 @@ def _config(run_dir: Path) -> dict[str, Any]:
 
 # -- summary -----------------------------------------------------------------------------------
 
-def _check_entry(c: Check, r: CheckResult, role: str) -> dict[str, Any]:
-    return {"check": c.describe(), "role": role, "metric": c.metric, "baseline": c.baseline,
+def _check_entry(c: Check, r: CheckResult) -> dict[str, Any]:
+    return {"check": c.describe(), "role": c.role, "metric": c.metric, "baseline": c.baseline,
             "treatment": c.treatment, "expect": c.expect, "margin": c.margin,
             "verdict": r.verdict, "mean_diff": r.mean, "ci90": [r.low, r.high],
-            "pairs": r.pairs, "p": r.p, "reason": r.reason, "seeds": r.seeds,
-            "diffs": r.diffs, "dropped": {str(k): v for k, v in r.dropped.items()}}
+            "pairs": r.pairs, "p": r.p, "reason": r.reason,
+            "detectable": (detectable(c, stdev(r.diffs), len(r.diffs))
+                           if len(r.diffs) >= 2 else None),
+            "seeds": r.seeds, "diffs": r.diffs,
+            "dropped": {str(k): v for k, v in r.dropped.items()}}
 
 
 def decide(ablation: Ablation, per_seed: dict[str, dict[int, dict[str, float | None]]]
-           ) -> tuple[str, list[dict[str, Any]]]:
-    """The ablation's verdict and its checks' entries from each variant's per-seed numbers
-    (variant -> seed -> :func:`run_numbers`). Only checks whose two variants ran take part; the
-    primary alone decides (inconclusive when its variants did not run); the secondaries are
-    Holm-corrected as one family. An ablation marked undecidable on CPU says so, whatever the
-    checks found (they are still reported)."""
+           ) -> tuple[dict[str, dict[str, Any] | None], list[dict[str, Any]]]:
+    """The ablation's two labels and its checks' entries from each variant's per-seed numbers
+    (variant -> seed -> :func:`run_numbers`). Only checks whose two variants ran take part. The
+    mechanism and the benefit are each decided by their own check, at the plain level (each is
+    its own hypothesis); a label whose check did not run is inconclusive, a claim without that
+    part has None. The secondaries are Holm-corrected as one family. An ablation marked
+    undecidable on CPU says so in both labels, whatever the checks found (still reported)."""
     ran = [v for v, seeds in per_seed.items() if seeds]
     checks = ablation.checks_for(ran)
 
@@ -63,19 +70,34 @@ def decide(ablation: Ablation, per_seed: dict[str, dict[int, dict[str, float | N
         return pair_by_seed({s: n.get(c.metric) for s, n in per_seed[c.baseline].items()},
                             {s: n.get(c.metric) for s, n in per_seed[c.treatment].items()})
 
-    entries = []
-    primary = [c for c in checks if c.primary]
-    for c in primary:
-        entries.append(_check_entry(c, check_verdict(paired(c), c.expect, c.margin),
-                                    "primary"))
-    secondary = [c for c in checks if not c.primary]
+    entries = [_check_entry(c, check_verdict(paired(c), c.expect, c.margin))
+               for c in checks if c.role in LABELS]
+    secondary = [c for c in checks if c.role == "secondary"]
     for c, r in zip(secondary, secondary_verdicts([(paired(c), c.expect, c.margin)
                                                     for c in secondary])):
-        entries.append(_check_entry(c, r, "secondary"))
-    verdict = entries[0]["verdict"] if primary else INCONCLUSIVE
-    if ablation.undecidable_on_cpu:
-        verdict = UNDECIDABLE
-    return verdict, entries
+        entries.append(_check_entry(c, r))
+    labels: dict[str, dict[str, Any] | None] = {}
+    for role in LABELS:
+        wanted = ablation.labelled(role)
+        got = next((e for e in entries if e["role"] == role), None)
+        if wanted is None:
+            labels[role] = None
+        elif got is None:
+            labels[role] = {"check": wanted.describe(), "verdict": INCONCLUSIVE,
+                            "mean_diff": None, "ci90": [None, None], "pairs": 0,
+                            "detectable": None, "reason": "its variants were not run"}
+        else:
+            labels[role] = {k: got[k] for k in ("check", "verdict", "mean_diff", "ci90",
+                                                 "pairs", "detectable", "reason")}
+        if labels[role] is not None and ablation.undecidable_on_cpu:
+            labels[role] = {**labels[role], "verdict": UNDECIDABLE}
+    return labels, entries
+
+
+def verdict_text(labels: dict[str, dict[str, Any] | None]) -> str:
+    """"mechanism reproduced, benefit not reproduced" (a part the claim lacks is left out)."""
+    return ", ".join(f"{role} {labels[role]['verdict']}" for role in LABELS
+                     if labels.get(role) is not None)
 
 
 def _mean_sd(values: Sequence[dict[str, float | None]]) -> tuple[dict, dict]:
@@ -130,12 +152,14 @@ def build_summary(ablation: Ablation, variants: Sequence[Variant], outcomes: Seq
             entry["failed"] = [{"seed": o.seed, "run_dir": where(o.run_dir), "error": o.error}
                                for o in failed]
         out_variants[v.name] = entry
-    verdict, checks = decide(ablation, per_seed)
-    return {"ablation": ablation.name, "claim": ablation.claim, "verdict": verdict,
+    labels, checks = decide(ablation, per_seed)
+    return {"ablation": ablation.name, "claim": ablation.claim,
+            "verdict": verdict_text(labels), **labels,
             "undecidable_on_cpu": ablation.undecidable_on_cpu or None,
             "statistic": (f"paired by seed, treatment - baseline; two-sided {LEVEL:.0%} "
-                          "Student-t interval; primary check decides, secondaries "
-                          "Holm-corrected (trainer/ablation_stats.py)"),
+                          "Student-t interval; the mechanism and the benefit each decided by "
+                          "its own check, secondaries Holm-corrected "
+                          "(trainer/ablation_stats.py)"),
             "variants": out_variants, "checks": checks,
             "seconds": sum(o.seconds for o in outcomes),
             "failed": [f"{o.variant} seed {o.seed}: {o.error}" for o in outcomes
@@ -165,17 +189,26 @@ def report_markdown(summary: dict[str, Any], ablation: Ablation, setup: dict[str
                     plots: Sequence[str]) -> str:
     """report.md: claim, verdict, setup, the variants' table, the checks, failures, plots."""
     verdict = summary["verdict"]
+    if summary.get("confirmatory"):
+        standing = (f"**Confirmatory**: pre-registered at {summary['preregistration_commit']} "
+                    "(docs/ablations/preregistration.md), every run made after it.")
+    else:
+        standing = ("**Exploratory** (not confirmatory"
+                    + (": " + "; ".join(summary["not_confirmatory_because"])
+                       if summary.get("not_confirmatory_because") else "") + ").")
     lines = [f"# Ablation `{ablation.name}`", "", f"**Claim.** {ablation.claim}", "",
              f"**Verdict: {verdict}.**" + (f" The mechanism is absent here: "
                                            f"{ablation.undecidable_on_cpu}." if
-                                           ablation.undecidable_on_cpu else ""), "",
+                                           ablation.undecidable_on_cpu else ""), "", standing, "",
              ("How it is decided: each check pairs the two variants by seed and takes the "
               "per-seed differences, treatment minus baseline; their mean's two-sided 90% "
               "Student-t interval decides ('higher'/'lower': reproduced when it excludes 0 on "
               "the claim's side, not reproduced on the other side, else inconclusive; "
-              "'similar': reproduced when it lies inside +-margin). The primary check, from the "
-              "report's own figure, alone gives the verdict; secondary checks are "
-              "Holm-corrected and reported (trainer/ablation_stats.py)."), "", "## Setup", ""]
+              "'similar': reproduced when it lies inside +-margin; 'not lower by more than M': "
+              "when it lies above -M). The mechanism check and the benefit check each give "
+              "their own label; secondary checks are Holm-corrected and reported "
+              "(trainer/ablation_stats.py). 'detectable': the effect the check's own spread "
+              "finds 80% of the time at its pairs."), "", "## Setup", ""]
     for k, v in setup.items():
         lines.append(f"- {k}: {v}")
     if ablation.notes:
@@ -215,14 +248,15 @@ def report_markdown(summary: dict[str, Any], ablation: Ablation, setup: dict[str
                      f"{fmt(f.get('tokens'))} | {v['seconds']:.0f} s | {status} |")
     lines += ["", "## Checks", "", ("The interval is the 90% one, except for a secondary check tested at "
               "its Holm level: then that level's wider interval (named in 'why')."), "",
-              ("| role | check | mean difference | interval | pairs | "
-              "verdict | why | seeds left out |"), "|---|---|---|---|---|---|---|---|"]
+              ("| role | check | mean difference | interval | pairs | detectable | "
+              "verdict | why | seeds left out |"), "|---|---|---|---|---|---|---|---|---|"]
     for c in summary["checks"]:
         dropped = "; ".join(f"seed {k}: {why}" for k, why in c["dropped"].items()) or "-"
         lines.append(f"| {c['role']} | {c['check']} | {fmt(c['mean_diff'])} | {_interval(c)} | "
-                     f"{c['pairs']} | **{c['verdict']}** | {c['reason']} | {dropped} |")
+                     f"{c['pairs']} | {fmt(c.get('detectable'))} | **{c['verdict']}** | "
+                     f"{c['reason']} | {dropped} |")
     if not summary["checks"]:
-        lines.append("| | (no check: its variants were not run) | | | | inconclusive | | |")
+        lines.append("| | (no check: its variants were not run) | | | | | inconclusive | | |")
     if summary["failed"]:
         lines += ["", "## Failed runs", ""] + [f"- {x}" for x in summary["failed"]]
     lines += ["", "## Plots", "", ("Each variant's mean over seeds; the band spans the seeds "
@@ -284,53 +318,127 @@ def write_plots(root: Path, summary: dict[str, Any], outcomes: Sequence[Any]) ->
 # -- the README's table ------------------------------------------------------------------------
 
 BEGIN, END = "<!-- ablation-table:begin -->", "<!-- ablation-table:end -->"
+CONFIRMATORY_DIR = "confirmatory"
+"""Under the summaries directory: NAME/summary.json of the confirmatory runs."""
 
 
-def readme_table(summaries: dict[str, tuple[Path, dict[str, Any]]], base: Path) -> str:
-    """The README's ablation table: one row per ablation of trainer/ablations.py, in its order,
-    from its summary.json (name -> (path, content); path relative to ``base``): verdict, the
-    primary check with its mean difference, 90% interval and pairs, the secondary checks'
-    verdicts, the wall time; an ablation without a summary says so and how to make one."""
-    rows = ["| ablation | verdict | primary check: mean difference [90% interval], pairs | "
-            "secondary checks | wall time | report |", "|---|---|---|---|---|---|"]
+def _label_cell(label: dict[str, Any] | None) -> str:
+    if label is None:
+        return "- (no such part)"
+    interval = _interval(label)
+    return (f"**{label['verdict']}**: {fmt(label['mean_diff'])} {interval}, "
+            f"{label['pairs']} pairs")
+
+
+def exploratory_labels(ablation: Ablation, summary: dict[str, Any]
+                       ) -> dict[str, dict[str, Any] | None]:
+    """Mechanism and benefit labels for a summary written before the labels existed (one
+    "primary" check and secondaries): for each label, the registered check if the summary has
+    its arms and metric, else the first check of the summary on the same arms and of the same
+    kind (held-out accuracy for the benefit, anything else for the mechanism), re-decided from
+    its stored per-seed differences with the registered expectation and margin. Each label
+    names the check it was measured on."""
+    out: dict[str, dict[str, Any] | None] = {}
+    for role in LABELS:
+        want = ablation.labelled(role)
+        if want is None:
+            out[role] = None
+            continue
+        kind = (lambda m: m.startswith("eval/")) if role == "benefit" else \
+            (lambda m: not m.startswith("eval/"))
+        candidates = [want] + [c for c in ablation.checks if c.role == "secondary" and
+                               kind(c.metric)]
+        found = None
+        for c in candidates:
+            same_arms = [e for e in summary["checks"] if (e["baseline"], e["treatment"]) ==
+                         (c.baseline, c.treatment) and kind(e["metric"])]
+            match = next((e for e in same_arms if e["metric"] == c.metric),
+                         same_arms[0] if same_arms else None)
+            if match is not None:
+                found = (c, match)
+                break
+        if found is None:
+            out[role] = {"check": want.describe(), "verdict": INCONCLUSIVE, "mean_diff": None,
+                         "ci90": [None, None], "pairs": 0, "measured_on": "not run"}
+            continue
+        c, e = found
+        r = check_verdict(Paired(e["diffs"], e["seeds"]), c.expect, c.margin)
+        expect = replace(c, metric=e["metric"])
+        out[role] = {"check": expect.describe(), "verdict": r.verdict, "mean_diff": r.mean,
+                     "ci90": [r.low, r.high], "pairs": r.pairs,
+                     "measured_on": e["metric"]}
+        if ablation.undecidable_on_cpu:
+            out[role]["verdict"] = UNDECIDABLE
+    return out
+
+
+def readme_table(summaries: dict[str, tuple[Path, dict[str, Any]]],
+                 confirmatory: dict[str, tuple[Path, dict[str, Any]]], base: Path) -> str:
+    """The README's ablation tables, one row per ablation of trainer/ablations.py in its order.
+    The first from the confirmatory summaries only (NAME -> (path, content), paths relative to
+    ``base``): the mechanism and benefit labels with their intervals and pairs, the
+    pre-registration commit, the wall time; an ablation without one says whether it is
+    registered (trainer/preregistration.py). The second from the exploratory summaries, marked
+    as such, labelled by :func:`exploratory_labels`."""
+    rows = ["**Confirmatory** (pre-registered in docs/ablations/preregistration.md, fresh seeds, "
+            "one warm start per seed):", "",
+            "| ablation | status | mechanism: label, mean difference [90% interval], pairs | "
+            "benefit: label, mean difference [90% interval], pairs | wall time | report |",
+            "|---|---|---|---|---|---|"]
+    for name, ablation in ABLATIONS.items():
+        p = plan(name)
+        if name not in confirmatory:
+            status = ("not registered yet (see preregistration.md)" if p.pending else
+                      f"registered, {p.seeds} seeds, not yet run: `trainer ablate {name} "
+                      "--profile confirm`")
+            rows.append(f"| `{name}` | {status} | - | - | - | - |")
+            continue
+        path, s = confirmatory[name]
+        if not s.get("confirmatory"):
+            raise ValueError(f"{path} is not confirmatory: "
+                             + "; ".join(s.get("not_confirmatory_because") or ["no mark"]))
+        report = (path.resolve().parent / "report.md").relative_to(base)
+        rows.append(f"| `{name}` | confirmatory, pre-registered at "
+                    f"{s['preregistration_commit'][:10]}, seeds {s['seeds'][0]}-{s['seeds'][-1]}"
+                    f" | {_label_cell(s.get('mechanism'))} | {_label_cell(s.get('benefit'))} | "
+                    f"{s.get('seconds', 0.0) / 60:.0f} min | [report]({report}) |")
+    rows += ["", "**Exploratory** (seeds 0-5 from one shared warm start; some checks and windows "
+             "were chosen after 3-seed pilots on seeds 0-2: not evidence, kept to show where the "
+             "confirmatory runs start; each label names the metric it was measured on):", "",
+             "| ablation | mechanism | benefit | wall time | report |", "|---|---|---|---|---|"]
     for name, ablation in ABLATIONS.items():
         if name not in summaries:
-            verdict = "not yet run with this statistic"
-            if ablation.undecidable_on_cpu:
-                verdict += f"; marked {UNDECIDABLE} ({ablation.undecidable_on_cpu})"
-            rows.append(f"| `{name}` | {verdict} | {ablation.primary.describe()} | - | - | "
-                        f"`trainer ablate {name} --profile full` |")
+            rows.append(f"| `{name}` | not run | not run | - | - |")
             continue
         path, s = summaries[name]
-        prim = next((c for c in s["checks"] if c["role"] == "primary"), None)
-        prim_text = (f"{prim['check']}: {fmt(prim['mean_diff'])} {_interval(prim)}, "
-                     f"{prim['pairs']} pairs ({prim['verdict']})" if prim else
-                     "not run")
-        second = "; ".join(f"{c['check']}: {c['verdict']}" for c in s["checks"]
-                           if c["role"] == "secondary") or "-"
-        verdict = f"**{s['verdict']}**"
-        if s.get("undecidable_on_cpu"):
-            verdict += f" ({s['undecidable_on_cpu']})"
+        labels = exploratory_labels(ablation, s)
+        cells = []
+        for role in LABELS:
+            lab = labels[role]
+            cells.append(_label_cell(lab) + (f" ({lab['measured_on']})" if lab else ""))
         report = (path.resolve().parent / "report.md").relative_to(base)
-        minutes = s.get("seconds", 0.0) / 60
-        rows.append(f"| `{name}` | {verdict} | {prim_text} | {second} | "
-                    f"{minutes:.0f} min | [report]({report}) |")
+        rows.append(f"| `{name}` | {cells[0]} | {cells[1]} | "
+                    f"{s.get('seconds', 0.0) / 60:.0f} min | [report]({report}) |")
     return "\n".join(rows)
 
 
 def update_readme(readme: Path, summaries_dir: Path) -> str:
     """Replace the text between the README's table markers with the table made from every
     ``summaries_dir/*/summary.json``."""
-    found = {p.parent.name: p for p in summaries_dir.glob("*/summary.json")}
-    unknown = sorted(set(found) - set(ABLATIONS))
-    if unknown:
-        raise ValueError(f"summaries of unknown ablations under {summaries_dir}: {unknown}")
-    summaries = {n: (p, json.loads(p.read_text())) for n, p in found.items()}
+    def read(where: Path) -> dict[str, tuple[Path, dict[str, Any]]]:
+        found = {p.parent.name: p for p in where.glob("*/summary.json")}
+        unknown = sorted(set(found) - set(ABLATIONS))
+        if unknown:
+            raise ValueError(f"summaries of unknown ablations under {where}: {unknown}")
+        return {n: (p, json.loads(p.read_text())) for n, p in found.items()}
+
+    summaries = read(summaries_dir)
+    confirmatory = read(summaries_dir / CONFIRMATORY_DIR)
     text = readme.read_text()
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
     if not pattern.search(text):
         raise ValueError(f"{readme} has no {BEGIN} ... {END} markers")
-    table = readme_table(summaries, readme.parent.resolve())
+    table = readme_table(summaries, confirmatory, readme.parent.resolve())
     readme.write_text(pattern.sub(lambda _m: f"{BEGIN}\n{table}\n{END}", text))
     return table
 

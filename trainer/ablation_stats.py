@@ -10,15 +10,21 @@ and sampling seeds, so the unit of evidence is the per-seed difference
   one-sided 5% test, so at no effect a check is decided, either way, 10% of the time);
 - "similar" (within ``margin``): reproduced when the whole interval lies inside
   ``[-margin, +margin]`` (two one-sided tests at 5%, TOST), not reproduced when it lies wholly
-  outside, inconclusive otherwise.
+  outside, inconclusive otherwise;
+- "not_lower" (non-inferiority by ``margin``): reproduced when the interval lies above
+  ``-margin`` (the treatment is at most ``margin`` worse, at one-sided 5%), not reproduced when
+  it lies wholly below ``-margin``, inconclusive otherwise. For a claim of "the same result for
+  less", where doing better is no failure.
 
 The interval narrows as seeds are added (its half-width falls like t(n-1)/sqrt(n)), so power
 grows with seeds; the rule it replaces (|mean difference| against the seeds' max - min range)
 lost power as seeds were added. tests/test_ablation_stats.py checks both by simulation.
 
-An ablation names one primary check, taken from the report's own figure; it alone gives the
-ablation's verdict. The other checks are secondary: Holm-corrected over their family (at the
-same one-sided 5%), reported, never able to sink the verdict.
+An ablation names a mechanism check and a benefit check (trainer/ablations.py), each deciding
+its own label at the plain level: they are two hypotheses, reported apart. The other checks are
+secondary: Holm-corrected over their whole family (at the same one-sided 5%), reported, never
+able to change a label. :func:`minimum_detectable_effect` and :func:`seeds_for_power` size a
+pre-registered seed count (trainer/preregistration.py).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from statistics import mean, stdev
 from typing import Literal
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
-Expect = Literal["higher", "lower", "similar"]
+Expect = Literal["higher", "lower", "similar", "not_lower"]
 
 LEVEL = 0.90
 """Two-sided confidence level of a check's interval (5% in each tail)."""
@@ -133,6 +139,8 @@ def check_verdict(paired: Paired, expect: Expect, margin: float = 0.0,
                            f"{n} paired seed{'s' if n != 1 else ''}: no interval", **base)
     if expect == "similar":
         return _similar(paired, margin, alpha, base)
+    if expect == "not_lower":
+        return _not_lower(paired, margin, alpha, base)
     ci = t_interval(paired.diffs, 1.0 - 2 * alpha)
     want_above = expect == "higher"
     p_claim, p_other = (ci.p_above, ci.p_below) if want_above else (ci.p_below, ci.p_above)
@@ -167,6 +175,55 @@ def _similar(paired: Paired, margin: float, alpha: float, base: dict) -> CheckRe
         verdict, why, p = INCONCLUSIVE, f"{where} crosses +-{margin:g}", min(p_inside,
                                                                                 p_outside)
     return CheckResult(verdict, ci.mean, ci.low, ci.high, len(d), p, why, **base)
+
+
+def _not_lower(paired: Paired, margin: float, alpha: float, base: dict) -> CheckResult:
+    """Non-inferiority by ``margin``: the differences shifted by +margin must be above 0 at
+    ``alpha`` (reproduced); below 0 at ``alpha`` is a decided shortfall (not reproduced)."""
+    if margin <= 0:
+        raise ValueError(f"a 'not_lower' check needs a margin > 0, got {margin}")
+    d = paired.diffs
+    ci = t_interval(d, 1.0 - 2 * alpha)
+    shifted = t_interval([x + margin for x in d], 1.0 - 2 * alpha)  # H0: mean <= -margin
+    where = f"{100 * (1 - 2 * alpha):.3g}% interval"
+    if shifted.p_above < alpha:
+        verdict, why = REPRODUCED, f"{where} above -{margin:g}"
+    elif shifted.p_below < alpha:
+        verdict, why = NOT_REPRODUCED, f"{where} wholly below -{margin:g}"
+    else:
+        verdict, why = INCONCLUSIVE, f"{where} crosses -{margin:g}"
+    return CheckResult(verdict, ci.mean, ci.low, ci.high, len(d),
+                       min(shifted.p_above, shifted.p_below), why, **base)
+
+
+POWER = 0.80
+"""The power a pre-registered seed count is sized for."""
+
+
+def minimum_detectable_effect(sd: float, n: int, alpha: float = ALPHA,
+                              power: float = POWER) -> float:
+    """The smallest true mean difference a directional check finds with probability ``power``
+    at ``n`` paired seeds whose differences have standard deviation ``sd``:
+    (t(1 - alpha, n - 1) + t(power, n - 1)) x sd / sqrt(n), the usual approximation of the
+    noncentral t (it errs a little on the large side at small n)."""
+    if n < 2:
+        raise ValueError(f"a minimum detectable effect needs at least 2 seeds, got {n}")
+    from scipy import stats  # lazily, as in t_interval
+
+    return float((stats.t.ppf(1 - alpha, n - 1) + stats.t.ppf(power, n - 1))
+                 * sd / math.sqrt(n))
+
+
+def seeds_for_power(sd: float, effect: float, alpha: float = ALPHA, power: float = POWER,
+                    most: int = 200) -> int:
+    """The fewest paired seeds (at least 3) at which :func:`minimum_detectable_effect` is at
+    most ``effect``; ``most`` when even that many do not reach it."""
+    if effect <= 0 or sd < 0:
+        raise ValueError(f"seeds_for_power needs effect > 0 and sd >= 0, got {effect}, {sd}")
+    for n in range(3, most + 1):
+        if minimum_detectable_effect(sd, n, alpha, power) <= effect:
+            return n
+    return most
 
 
 def holm(p_values: Sequence[float | None], alpha: float = ALPHA) -> list[float]:

@@ -10,7 +10,7 @@
                  [--engine.kind hf|vllm] [--engine.FIELD VALUE ...]
     trainer filter --model PATH --input FILE --output FILE [--k 16 --lo 1 --hi 15]
     trainer filter --released-difficulty MODEL --input FILE --output FILE
-    trainer ablate NAME [--profile quick|full] [--seeds N] [--out DIR] [--variants A,B]
+    trainer ablate NAME [--profile quick|full|confirm] [--seeds N] [--out DIR] [--variants A,B]
                    [--set key=value ...]
     trainer ablate --list
 
@@ -123,10 +123,10 @@ class AblateArgs:
     """The ablation (--list names them)."""
     list_ablations: Annotated[bool, tyro.conf.arg(name="list")] = False
     """Name the ablations and their claims."""
-    profile: Literal["quick", "full"] = "quick"
-    """quick: a smoke test, at most 30 min on a 2-core CPU (2 seeds, 60 steps); full: the demo's 160 steps, 6 seeds, the primary check's arms and the cheap secondary ones."""
+    profile: Literal["quick", "full", "confirm"] = "quick"
+    """quick: a smoke test, at most 30 min on a 2-core CPU (2 seeds, 60 steps); full: the demo's 160 steps, 6 seeds, the mechanism and benefit checks' arms and the cheap secondary ones (exploratory); confirm: the pre-registered design on its fresh seeds, one warm start per seed (docs/ablations/preregistration.md), from a clean checkout: the only runs the README's confirmatory table counts."""
     seeds: int | None = None
-    """Seeds per variant (default: the profile's: quick 2, full 6)."""
+    """Seeds per variant (default: the profile's: quick 2, full 6; confirm takes the registered seeds and refuses this)."""
     out: Path = Path("runs/ablate")
     """DIR: writes DIR/NAME/report.md, summary.json, plots and runs/."""
     variants: str | None = None

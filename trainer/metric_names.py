@@ -70,6 +70,7 @@ REWARD_NON_TRUNCATED = "reward/non_truncated"
 ENTROPY_GAP = "entropy/gap"
 EVAL_ACCURACY_BEST = "eval/accuracy_best"
 EVAL_ACCURACY_AUC = "eval/accuracy_auc"
+EVAL_ACCURACY_LAST3 = "eval/accuracy_last3"
 EVAL_LAST_STAGE_GAIN = "eval/last_stage_gain"
 TOKENS = "tokens"
 
@@ -138,6 +139,7 @@ ABLATION_METRICS: dict[str, str] = {
     ENTROPY_GAP: "abs(entropy - entropy_target), per step",
     EVAL_ACCURACY_BEST: "best eval/accuracy of the run",
     EVAL_ACCURACY_AUC: "mean eval/accuracy over the evaluations after step 0",
+    EVAL_ACCURACY_LAST3: "mean eval/accuracy over the last 3 evaluations after step 0",
     EVAL_LAST_STAGE_GAIN: "eval/accuracy gained during the last stage",
     TOKENS: "response tokens generated for training",
 }
