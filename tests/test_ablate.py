@@ -452,7 +452,7 @@ def test_the_readme_tables_are_made_from_the_summaries(tmp_path) -> None:
             "- (no such part) | **not reproduced**: -0.03 [-0.05, -0.01], 7 pairs | 20 min | "
             "[report](abl/confirmatory/batch-size/report.md) |") in confirm
     assert "| `temperature` | registered, 9 seeds, not yet run" in confirm
-    assert "| `kl` | not registered yet" in confirm
+    assert "| `off-policy` | not registered yet" in confirm
     # exploratory: the benefit re-decided from the stored differences, the mechanism from the
     # entropy check on the same arms, each naming what it was measured on
     row = next(x for x in explore.splitlines() if x.startswith("| `temperature`"))
@@ -516,3 +516,51 @@ def test_a_run_directory_made_with_another_config_is_an_error_not_a_reuse(tiny_a
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     assert f"{run} was made with another config" in r.stderr
     assert (run / "metrics.jsonl").stat().st_mtime_ns == before and not run.is_symlink()
+
+
+def test_a_dose_rule_accepts_the_first_value_at_which_the_mechanism_acts() -> None:
+    from trainer.preregistration import Dose
+
+    absolute = Dose("magic.lr", ("1", "2"), "a", "m", at_least=0.01)
+    assert absolute.passes(0.01, None) and not absolute.passes(0.009, None)
+    assert not absolute.passes(None, None)
+    relative = Dose("magic.kl_coef", ("1", "2"), "b", "m", at_least=0.25, relative_to="a")
+    assert relative.passes(0.07, 0.1) and not relative.passes(0.08, 0.1)
+    assert not relative.passes(0.01, None) and not relative.passes(0.01, 0.0)
+    assert "at least 0.25" in relative.rule() and "a's" in relative.rule()
+
+
+@pytest.mark.slow
+def test_the_dose_finding_runs_up_the_ladder_and_stops_at_the_first_that_acts(tmp_path) -> None:
+    """Real short runs of the measured arm, one per ladder value, from the dose seed's warm
+    start: a rule every value meets stops at the first; a rule none meets runs them all and
+    chooses none (the curve is what the summary carries); finished dose runs are not redone."""
+    from trainer.preregistration import Dose
+
+    driver = ab.Driver(ab.AblateOptions(name="clip-higher", seeds=1, out=tmp_path,
+                                        extra=[*TINY, "magic.prompts_per_step=8"]))
+    driver.root.mkdir(parents=True)
+    driver.write_data()
+    dose = Dose("magic.lr", ("1.0e-4", "3.0e-3"), measured_on="clip0.2",
+                metric="response_length/mean@run", at_least=0.0, steps=2, seed=900)
+    first = driver.find_dose(dose)
+    assert first["chosen"] == "1.0e-4" and list(first["curve"]) == ["1.0e-4"]
+    assert first["curve"]["1.0e-4"] > 0
+    never = driver.find_dose(replace(dose, at_least=1e9))
+    assert never["chosen"] is None and list(never["curve"]) == ["1.0e-4", "3.0e-3"]
+    assert never["curve"]["1.0e-4"] == first["curve"]["1.0e-4"]  # the finished run, read again
+    runs = sorted(p.name for p in (driver.root / "runs").iterdir())
+    assert runs == ["dose-clip0.2-1.0e-4-s900", "dose-clip0.2-3.0e-3-s900"]
+    cfg = yaml.safe_load((driver.root / "runs" / runs[1] / "config.yaml").read_text())
+    assert cfg["magic"]["lr"] == 3.0e-3 and cfg["total_steps"] == 2 and cfg["seed"] == 900
+    assert (tmp_path / f"warm-start-{driver.warm_start(900).parent.name[11:]}").exists()
+
+
+def test_an_undecidable_reason_from_the_dose_overrides_the_ablations_mark() -> None:
+    marked = replace(TOY, undecidable_on_cpu="absent")
+    a = [(0.50, 0.5), (0.52, 0.6), (0.48, 0.4)]
+    b = [(0.60, 0.9), (0.63, 0.8), (0.57, 0.9)]
+    labels, _ = rep.decide(marked, numbers(a=a, b=b, c=a), undecidable="")
+    assert labels["benefit"]["verdict"] == REPRODUCED  # a dose brought the mechanism into play
+    labels, _ = rep.decide(TOY, numbers(a=a, b=b, c=a), undecidable="no dose acted")
+    assert labels["benefit"]["verdict"] == rep.UNDECIDABLE

@@ -30,6 +30,12 @@ def test_every_registered_design_is_on_fresh_seeds_with_the_power_it_states(name
         assert p.seeds == 0 and len(p.pending) > 40  # says why
         return
     assert not set(p.seed_list) & pr.USED_SEEDS
+    if p.dose is not None:  # its seed is its own; its arms and measured variant exist
+        assert p.dose.seed not in pr.USED_SEEDS | set(p.seed_list)
+        names = {v.name for v in a.variants}
+        assert {p.dose.measured_on, *(p.dose.arms or ()),
+                *([p.dose.relative_to] if p.dose.relative_to else [])} <= names
+        assert list(p.dose.ladder) == sorted(p.dose.ladder, key=float)
     assert p.seed_list == list(range(pr.FIRST_SEED, pr.FIRST_SEED + p.seeds))
     for role in LABELS:
         check, power = a.labelled(role), getattr(p, role)
@@ -49,7 +55,7 @@ def test_a_changed_design_gets_a_new_fingerprint() -> None:
 
 
 def test_confirm_refuses_an_unregistered_ablation_and_a_changed_seed_count(capsys) -> None:
-    assert cli_main(["ablate", "kl", "--profile", "confirm"]) != 0
+    assert cli_main(["ablate", "off-policy", "--profile", "confirm"]) != 0
     assert "no pre-registered design" in capsys.readouterr().err
     assert cli_main(["ablate", "batch-size", "--profile", "confirm", "--seeds", "3"]) != 0
     assert "no --seeds, --variants or --set" in capsys.readouterr().err
@@ -116,5 +122,5 @@ def test_only_clean_runs_after_the_registration_on_registered_seeds_are_confirma
 
 
 def test_an_unregistered_ablation_is_never_confirmatory() -> None:
-    _, why = pr.problems(ABLATIONS["clip-higher"], [])
+    _, why = pr.problems(ABLATIONS["entropy-control"], [])
     assert why and "not registered" in why[0]

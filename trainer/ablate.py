@@ -48,7 +48,7 @@ import yaml
 
 from trainer import metric_names as mn
 from trainer.ablate_report import DONE, build_summary, fmt, report_markdown, write_plots
-from trainer.ablations import ABLATIONS, LABELS, PROFILES, Ablation, Variant
+from trainer.ablations import ABLATIONS, LABELS, PROFILES, Ablation, Variant, run_numbers
 from trainer import preregistration
 from trainer.config import RunConfig, load_config
 from trainer.plot import read_metrics
@@ -108,8 +108,10 @@ def list_text() -> str:
             out.append(f"    {role}: {c.describe() if c else 'none (the claim has no such part)'}")
         plan = preregistration.plan(n)
         out.append(f"    pre-registration: {'not registered: ' + plan.pending if plan.pending else f'{plan.seeds} seeds (--profile confirm)'}")
+        if plan.dose is not None:
+            out.append(f"    dose, found first on --profile confirm: {plan.dose.rule()}")
         if a.undecidable_on_cpu:
-            out.append(f"    UNDECIDABLE ON CPU: {a.undecidable_on_cpu}")
+            out.append(f"    UNDECIDABLE ON CPU ({'quick and full profiles' if plan.dose else 'every profile'}): {a.undecidable_on_cpu}")
         optional = [v.name for v in a.variants if v.optional]
         if optional:
             out.append(f"    optional variants (--variants): {', '.join(optional)}")
@@ -172,6 +174,8 @@ class Driver:
                                  f"{', '.join(known)}")
             variants = tuple(known[v] for v in opts.variants)
         self.variants: tuple[Variant, ...] = variants
+        self.dose_overrides: dict[str, dict[str, str]] = {}
+        """variant -> the chosen dose's override (confirm profile, trainer/preregistration.py)."""
         self.out = Path(opts.out).resolve()
         self.root = self.out / self.ablation.name
         self.data = self.out / "data"
@@ -219,7 +223,9 @@ class Driver:
     # -- runs --
     def run_overrides(self, variant: Variant, seed: int, model: Path) -> list[str]:
         return [*self.common(), *_overrides_text(self.ablation.setup),
-                *_overrides_text(variant.overrides), *self.data_overrides(),
+                *_overrides_text(variant.overrides),
+                *_overrides_text(self.dose_overrides.get(variant.name, {})),
+                *self.data_overrides(),
                 f"seed={seed}", f"name={variant.name}-s{seed}",
                 f"output_dir={self.root / 'runs'}", f"model_path={model}", "tiny_model=null",
                 "warm_start.steps=0"]
@@ -324,9 +330,25 @@ class Driver:
             self.check_confirmable()
         self.root.mkdir(parents=True, exist_ok=True)
         self.write_data()
+        undecidable, dose = None, None
+        dose_plan = (preregistration.plan(self.ablation.name).dose
+                     if self.profile.confirmatory else None)
+        if dose_plan is not None:
+            dose = self.find_dose(dose_plan)
+            if dose["chosen"] is None:
+                undecidable = ("no dose of the registered ladder brought the mechanism into "
+                               "play: " + ", ".join(f"{dose_plan.knob}={k}: {fmt(v)}"
+                                                    for k, v in dose["curve"].items())
+                               + (f" (reference {dose_plan.relative_to}: "
+                                  f"{fmt(dose['reference'])})" if dose_plan.relative_to else ""))
+                self.variants = ()  # the arms would measure a mechanism that does not act
+            else:
+                undecidable = ""
+                for name in dose_plan.arms or [v.name for v in self.variants]:
+                    self.dose_overrides[name] = {dose_plan.knob: dose["chosen"]}
         models: dict[int, Path] = {}
         outcomes: list[RunOutcome] = []
-        for seed in self.seeds:
+        for seed in self.seeds if self.variants else []:
             if self.profile.warm_start_per_seed or not models:
                 models[seed] = self.warm_start(seed if self.profile.warm_start_per_seed else 0)
             else:
@@ -344,12 +366,53 @@ class Driver:
                 if o.status == "interrupted":
                     raise KeyboardInterrupt
         summary = build_summary(self.ablation, self.variants, outcomes, self.quadruples(),
-                                base=self.out)
+                                base=self.out, undecidable=undecidable,
+                                dose_overrides=self.dose_overrides)
         summary["profile"] = self.profile.name
+        if dose is not None:
+            summary["dose"] = dose
         summary.update(self.standing(outcomes))
         write_outputs(self, summary, outcomes)
         return summary, outcomes
 
+
+    def find_dose(self, dose: preregistration.Dose) -> dict[str, Any]:
+        """The registered dose-finding step: short runs of ``dose.measured_on`` up the ladder
+        (after one reference run for a relative rule), from the dose seed's own warm start,
+        stopping at the first value the rule accepts. Returns the rule, the measured curve
+        (value -> metric), the reference's metric and the chosen value (None: none
+        qualified). A dose run that fails stops the ablation: its arms would run at no known
+        dose."""
+        model = self.warm_start(dose.seed)
+        known = {v.name: v for v in self.ablation.variants}
+
+        def short(variant: Variant, extra: dict[str, str], tag: str) -> float | None:
+            probe = Variant(f"dose-{tag}", {**variant.overrides, **extra,
+                                            "total_steps": str(dose.steps),
+                                            "eval.every_steps": "0"})
+            print(f"[{self.ablation.name}] dose run {probe.name} ...", flush=True)
+            o = self.run_one(probe, dose.seed, model)
+            if o.status == "interrupted":
+                raise KeyboardInterrupt
+            if o.status not in DONE:
+                raise RuntimeError(f"the dose run {probe.name} failed: {o.error}")
+            value = run_numbers(o.rows).get(dose.metric)
+            print(f"[{self.ablation.name}] dose run {probe.name}: {dose.metric} {fmt(value)}",
+                  flush=True)
+            return value
+
+        reference = (short(known[dose.relative_to], {}, dose.relative_to)
+                     if dose.relative_to else None)
+        curve: dict[str, float | None] = {}
+        chosen = None
+        for value in dose.ladder:
+            curve[value] = short(known[dose.measured_on], {dose.knob: value},
+                                 f"{dose.measured_on}-{value}")
+            if dose.passes(curve[value], reference):
+                chosen = value
+                break
+        return {"rule": dose.rule(), "knob": dose.knob, "curve": curve,
+                "reference": reference, "chosen": chosen}
 
     def check_confirmable(self) -> None:
         """Refuse to start a confirmatory ablation whose runs could not count: uncommitted

@@ -55,14 +55,19 @@ def _check_entry(c: Check, r: CheckResult) -> dict[str, Any]:
             "dropped": {str(k): v for k, v in r.dropped.items()}}
 
 
-def decide(ablation: Ablation, per_seed: dict[str, dict[int, dict[str, float | None]]]
+def decide(ablation: Ablation, per_seed: dict[str, dict[int, dict[str, float | None]]],
+           undecidable: str | None = None
            ) -> tuple[dict[str, dict[str, Any] | None], list[dict[str, Any]]]:
     """The ablation's two labels and its checks' entries from each variant's per-seed numbers
     (variant -> seed -> :func:`run_numbers`). Only checks whose two variants ran take part. The
     mechanism and the benefit are each decided by their own check, at the plain level (each is
     its own hypothesis); a label whose check did not run is inconclusive, a claim without that
     part has None. The secondaries are Holm-corrected as one family. An ablation marked
-    undecidable on CPU says so in both labels, whatever the checks found (still reported)."""
+    undecidable on CPU says so in both labels, whatever the checks found (still reported);
+    ``undecidable`` overrides the ablation's mark ("" when a dose brought its mechanism into
+    play, the measured reason when none did)."""
+    if undecidable is None:
+        undecidable = ablation.undecidable_on_cpu
     ran = [v for v, seeds in per_seed.items() if seeds]
     checks = ablation.checks_for(ran)
 
@@ -89,7 +94,7 @@ def decide(ablation: Ablation, per_seed: dict[str, dict[int, dict[str, float | N
         else:
             labels[role] = {k: got[k] for k in ("check", "verdict", "mean_diff", "ci90",
                                                  "pairs", "detectable", "reason")}
-        if labels[role] is not None and ablation.undecidable_on_cpu:
+        if labels[role] is not None and undecidable:
             labels[role] = {**labels[role], "verdict": UNDECIDABLE}
     return labels, entries
 
@@ -112,13 +117,15 @@ def _mean_sd(values: Sequence[dict[str, float | None]]) -> tuple[dict, dict]:
 
 def build_summary(ablation: Ablation, variants: Sequence[Variant], outcomes: Sequence[Any],
                   quadruples: dict[str, list[int]] | None = None,
-                  base: Path | None = None) -> dict[str, Any]:
+                  base: Path | None = None, undecidable: str | None = None,
+                  dose_overrides: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
     """summary.json's content from the runs' outcomes (objects with variant, seed, run_dir,
     status, seconds, reused_from, error, rows; trainer/ablate.py's RunOutcome) and each run's
     config.yaml (for the entropy target). ``quadruple``: the numbers of ``quadruples`` where
     given, else the report's notation (D = D_R). Run directories are written relative to
     ``base`` (the ``--out`` directory) when given, so a committed summary names no machine's
-    paths."""
+    paths. ``undecidable``: as :func:`decide`'s; ``dose_overrides``: variant -> the override of
+    the dose it ran at (trainer/preregistration.py's Dose)."""
 
     def where(path: Path) -> str:
         return os.path.relpath(path, base) if base is not None else str(path)
@@ -134,7 +141,8 @@ def build_summary(ablation: Ablation, variants: Sequence[Variant], outcomes: Seq
         per_seed[v.name] = numbers
         means, sds = _mean_sd(list(numbers.values()))
         entry: dict[str, Any] = {
-            "overrides": {**ablation.setup, **v.overrides},
+            "overrides": {**ablation.setup, **v.overrides,
+                          **(dose_overrides or {}).get(v.name, {})},
             "seeds": [o.seed for o in ok],
             "run_dirs": [where(o.run_dir) for o in ok],
             "mean": means, "sd": sds,
@@ -152,10 +160,12 @@ def build_summary(ablation: Ablation, variants: Sequence[Variant], outcomes: Seq
             entry["failed"] = [{"seed": o.seed, "run_dir": where(o.run_dir), "error": o.error}
                                for o in failed]
         out_variants[v.name] = entry
-    labels, checks = decide(ablation, per_seed)
+    labels, checks = decide(ablation, per_seed, undecidable)
+    if undecidable is None:
+        undecidable = ablation.undecidable_on_cpu
     return {"ablation": ablation.name, "claim": ablation.claim,
             "verdict": verdict_text(labels), **labels,
-            "undecidable_on_cpu": ablation.undecidable_on_cpu or None,
+            "undecidable_on_cpu": undecidable or None,
             "statistic": (f"paired by seed, treatment - baseline; two-sided {LEVEL:.0%} "
                           "Student-t interval; the mechanism and the benefit each decided by "
                           "its own check, secondaries Holm-corrected "

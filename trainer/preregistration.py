@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer import metric_names as mn
 from trainer.ablation_stats import POWER, minimum_detectable_effect, seeds_for_power
 from trainer.ablations import ABLATIONS, LABELS, PROFILES, Ablation, Check
 
@@ -63,6 +64,49 @@ class Power:
 
 
 @dataclass(frozen=True)
+class Dose:
+    """A dose-finding step the confirm profile runs before the arms, for a claim whose
+    mechanism does not act at the demo's settings: short runs of one arm up a ladder of one
+    knob's values, and a rule, fixed here, that picks the smallest value at which the mechanism
+    acts. The arms then run at that value; when none qualifies the ablation is undecidable on
+    CPU, and its summary carries the measured curve."""
+
+    knob: str
+    """The config key varied (``magic.lr``)."""
+    ladder: tuple[str, ...]
+    """Its values, smallest dose first."""
+    measured_on: str
+    """The variant whose short runs measure the dose."""
+    metric: str
+    """A :func:`trainer.ablations.run_numbers` key of those runs."""
+    at_least: float
+    """The rule: ``metric`` at least this (or, with ``relative_to``, 1 - metric / the
+    reference's metric at least this)."""
+    relative_to: str | None = None
+    """A variant run once, without the knob, as the reference of a relative rule."""
+    arms: tuple[str, ...] | None = None
+    """The variants that take the chosen value (None: every arm)."""
+    steps: int = 60
+    """Steps of each dose run (the first stage: 60 steps at 48 tokens), no evaluation."""
+    seed: int = 900
+    """One seed, none of the arms' nor of the seeds run before."""
+
+    def rule(self) -> str:
+        what = (f"1 - {self.metric} / {self.relative_to}'s" if self.relative_to
+                else self.metric)
+        return (f"the smallest {self.knob} of {', '.join(self.ladder)} at which {what} of "
+                f"{self.measured_on} is at least {self.at_least:g}, over {self.steps}-step runs "
+                f"on seed {self.seed}")
+
+    def passes(self, value: float | None, reference: float | None) -> bool:
+        if value is None:
+            return False
+        if self.relative_to is None:
+            return value >= self.at_least
+        return bool(reference) and 1.0 - value / reference >= self.at_least
+
+
+@dataclass(frozen=True)
 class Plan:
     seeds: int = 0
     """How many registered seeds: FIRST_SEED .. FIRST_SEED + seeds - 1."""
@@ -70,6 +114,8 @@ class Plan:
     mechanism: Power | None = None
     pending: str = ""
     """Non-empty: the design is not registered yet, and why (no confirmatory runs)."""
+    dose: Dose | None = None
+    """Run first, to bring the mechanism into play (None: the demo's settings)."""
 
     @property
     def seed_list(self) -> list[int]:
@@ -86,18 +132,24 @@ _PENDING_WORLD = ("the claim's benefit needs a world where exploration must pay 
                   "converges onto the most reliable way and the paying way is half the samples "
                   "at step 1 (docs/entropy-world), so a benefit check there says nothing either "
                   "way; not built yet")
-_PENDING_DOSE = ("the mechanism does not act at the demo's settings ({what}); a dose-finding "
-                 "run that brings it into play must fix the dose first, with its rule written "
-                 "here before the arms run; not done yet")
 
 PLANS: dict[str, Plan] = {
     "off-policy": Plan(pending=_PENDING_WORLD),
     "entropy-control": Plan(pending=_PENDING_WORLD),
-    "kl": Plan(pending=_PENDING_DOSE.format(what="beta 1e-3 barely moves the policy in 160 "
-                                                  "steps; losses/kl was never logged at a dose")),
-    "clip-higher": Plan(pending=_PENDING_DOSE.format(
-        what="the upper clip binds on 0.02-0.06% of tokens; the dose must reach "
-             "losses/clipfrac_high of at least 1%")),
+    "kl": Plan(
+        10, benefit=Power(0.02, 0.02, "no exploratory run with this statistic: the spread of the "
+                          "other ablations' held-out accuracy differences (sd 0.012-0.026)"),
+        mechanism=Power(0.01, 0.01, "a 3-seed pilot logged losses/kl of 0.05-0.08 at the end of "
+                        "beta 0 runs; sd taken as 0.01"),
+        dose=Dose("magic.kl_coef", ("0.001", "0.01", "0.1"), measured_on="beta0.001",
+                  metric=f"{mn.LOSS_KL}@run", at_least=0.25, relative_to="beta0",
+                  arms=("beta0.001",))),
+    "clip-higher": Plan(
+        10, benefit=Power(0.0221, 0.02, _SD_AUC.format(name="clip-higher")),
+        mechanism=Power(0.0032, 0.005, "the exploratory runs' sd of the paired entropy@run "
+                        "differences (0.265 against 0.2); effect 0.005 nats"),
+        dose=Dose("magic.lr", ("2.0e-4", "4.0e-4", "8.0e-4", "1.6e-3"), measured_on="clip0.2",
+                  metric=f"{mn.LOSS_CLIPFRAC_HIGH}@run", at_least=0.01)),
     "temperature": Plan(
         9, benefit=Power(0.0137, 0.013, _SD_AUC.format(name="temperature")
                          + "; the effect is the 3-seed pilot's (+1.3 points of accuracy AUC)"),
@@ -152,6 +204,7 @@ def design(ablation: Ablation) -> dict[str, Any]:
                     "expect": c.expect, "margin": c.margin, "role": c.role}
                    for c in ablation.checks],
         "seeds": p.seed_list, "pending": p.pending,
+        "dose": asdict(p.dose) if p.dose is not None else None,
         "power": {role: asdict(getattr(p, role)) for role in LABELS
                   if getattr(p, role) is not None},
     }
@@ -216,6 +269,12 @@ def render() -> str:
                     f"{pw.effect:g}; expected sd of the paired differences {pw.sd:g} ({pw.source})"
                     f"; {need} seeds give 80% power; at the {p.seeds} registered, {what} is "
                     f"{detectable(c, pw.sd, p.seeds):.3g}.", ""]
+        if p.dose is not None:
+            d = p.dose
+            out += [f"**Dose, found first:** {d.rule()}. The "
+                    + (f"arms {', '.join(d.arms)} take" if d.arms else "arms all take")
+                    + " that value; if no value qualifies, the ablation is undecidable on CPU "
+                    "and its summary carries the measured curve.", ""]
         seconds = [c.describe() for c in ablation.checks if c.role == "secondary"
                    and {c.baseline, c.treatment} <= {v.name for v in arms}]
         out += ["**Secondary** (Holm-corrected): " + ("; ".join(seconds) or "none") + ".", "",
