@@ -15,9 +15,10 @@
     trainer ablate --list
 
 Built like ``verifier``'s: each subcommand is one dataclass whose fields and docstrings tyro
-turns into flags and help. ``eval`` and ``filter`` are the options dataclasses of
-trainer/evaluation.py and trainer/offline_filter.py themselves, the rollout engine's
-``EngineConfig`` nested under ``--engine.*`` (one declaration of every knob). ``trainer run
+turns into flags and help. ``eval`` and ``filter`` are the options dataclasses that
+trainer/evaluation.py and trainer/offline_filter.py run with, the rollout engine's
+``EngineConfig`` nested under ``--engine.*`` (one declaration of every knob), declared in
+trainer/command_options.py. ``trainer run
 --help`` also lists every knob of the run config (trainer/config.py), the keys of
 ``key=value``.
 """
@@ -37,34 +38,34 @@ import tyro
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-from transformers.utils import logging as hf_logging
 
-from trainer import dist, run_dirs
-from trainer.ablate import AblateOptions, UnknownAblation, ablate, list_text
+from trainer import run_dirs
+from trainer.command_options import EvalOptions, FilterOptions
 from trainer.config import config_yaml, knob_help, load_config
 from trainer.data import DataError
 from trainer.engines import check_model_path, create_engine
-from trainer.evaluation import EvalOptions, dataset_name, run_eval
 from trainer.hf_utils import CheckpointError, load_tokenizer, problem_prompt_ids
-from trainer.loop import Trainer
-from trainer.offline_filter import (
-    FilterError,
-    FilterOptions,
-    load_for_filter,
-    released_filter,
-    run_filter,
-)
-from trainer.plot import plot_run
 from trainer.verifier_bridge import RewardError, verifier_connection
-from verifier.evaluate import eval_table
 from verifier.logs import setup_logging
+
+# Not imported here: trainer.loop, trainer.evaluation, trainer.offline_filter, trainer.ablate,
+# trainer.dist and trainer.plot bring torch, transformers or matplotlib (about ten seconds on a
+# small CPU). Each command imports what it runs, so --help, a misspelt flag and `trainer config
+# show` answer in about a second (tests/test_cli_speed.py).
 
 log = logging.getLogger("trainer")
 
 
 def _setup_logging() -> None:
     setup_logging("text")
-    hf_logging.disable_progress_bar()  # per-file progress bars drown the run's own output
+
+
+def _quiet_hf_downloads() -> None:
+    """For the commands that load Hugging Face models: per-file progress bars would drown the
+    command's own output."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
 
 # -- the subcommands' arguments --------------------------------------------------------------
@@ -189,6 +190,11 @@ def cmd_run(args: RunArgs) -> int:
         if moved is not None:
             log.warning("--overwrite: the old run in %s was moved aside to %s", cfg.run_dir, moved)
     try:
+        # Imported only now: a config error above answers in about a second (module comment).
+        from trainer import dist
+        from trainer.loop import Trainer
+
+        _quiet_hf_downloads()
         trainer = Trainer(cfg, resume=resume)
     except BaseException:
         if fresh:  # a failed start leaves no half-made run directory
@@ -220,12 +226,16 @@ def _stopped_by_verifier(error: RewardError, checkpoint: Path | None, run_dir: P
 
 
 def cmd_plot(args: PlotArgs) -> int:
+    from trainer.plot import plot_run
+
     for p in plot_run(Path(args.run_dir)):
         print(p)
     return 0
 
 
 def cmd_ablate(args: AblateArgs) -> int:
+    from trainer.ablate import AblateOptions, UnknownAblation, ablate, list_text
+
     if args.list_ablations:
         print(list_text())
         return 0
@@ -247,6 +257,10 @@ def _user_error(e: Exception, what: str = "error") -> int:
 
 
 def cmd_eval(opts: EvalOptions) -> int:
+    from trainer.evaluation import dataset_name, run_eval
+    from verifier.evaluate import eval_table
+
+    _quiet_hf_downloads()
     try:
         summary = run_eval(opts)
     except (DataError, CheckpointError, RewardError, ValueError) as e:
@@ -261,6 +275,9 @@ def cmd_eval(opts: EvalOptions) -> int:
 
 
 def cmd_filter(opts: FilterOptions) -> int:
+    from trainer.offline_filter import FilterError, load_for_filter, released_filter
+
+    _quiet_hf_downloads()
     if (opts.model is None) == (opts.released_difficulty is None):
         return _user_error(ValueError("give --model PATH (sample and score) or "
                                       "--released-difficulty MODEL (use the data's own field)"))
@@ -286,6 +303,8 @@ def cmd_filter(opts: FilterOptions) -> int:
 
 def _filter_with_model(opts: FilterOptions, loaded):
     """Sample with a real engine on ``opts.model`` and score through a verifier."""
+    from trainer.offline_filter import run_filter
+
     assert opts.model is not None
     check_model_path(opts.model)
     tokenizer = load_tokenizer(opts.tokenizer or opts.model)

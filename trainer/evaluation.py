@@ -22,29 +22,20 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Sequence
-
-import tyro
+from typing import Any, Callable, Sequence
 
 from trainer import metric_names as mn
+from trainer.command_options import EvalOptions  # the options live apart (its docstring: why)
 from trainer.data import (
-    DEFAULT_SUFFIX,
-    LCB_REPORT_WINDOW,
     LCB_STYLES,
     DataError,
     Problem,
     default_lcb_style,
     load_dataset,
 )
-from trainer.engines import (
-    EngineConfig,
-    check_model_path,
-    check_sampling_params,
-    create_engine,
-    standalone_engine,
-)
+from trainer.engines import check_model_path, check_sampling_params, create_engine
 from trainer.hf_utils import load_tokenizer, problem_prompt_ids
 from trainer.interfaces import Completion, RolloutEngine, SamplingParams
 from trainer.verifier_bridge import RewardError, RewardStream, verifier_connection
@@ -242,67 +233,6 @@ def default_k(dataset: str, problems: Sequence[Problem]) -> int:
 
 def dataset_name(dataset: str) -> str:
     return dataset if dataset in NAMED_DATASETS else Path(dataset).stem
-
-
-@dataclass
-class EvalOptions:
-    """Generate k samples per problem and report avg@k / pass@k (the report's table)."""
-
-    model: str
-    """Local Hugging Face checkpoint directory."""
-    dataset: str
-    """aime24 | aime25 (datasets/eval/*.parquet) | lcb (needs --lcb-file) | a JSONL or parquet
-    file in any loader format."""
-    lcb_files: Annotated[list[str], tyro.conf.arg(name="lcb_file")] = field(default_factory=list)
-    """Local LiveCodeBench code_generation_lite release JSONL files."""
-    lcb_start: str = LCB_REPORT_WINDOW[0]
-    """First contest_date kept (inclusive; the report's window)."""
-    lcb_end: str = LCB_REPORT_WINDOW[1]
-    """Last contest_date kept (inclusive)."""
-    lcb_all_dates: bool = False
-    """No contest-date window."""
-    lcb_style: Literal["auto", "generic", "deepseek-r1"] = "auto"
-    """LiveCodeBench prompt template; auto: LiveCodeBench's choice for the model (deepseek-r1
-    for DeepSeek-R1-Distill models, else generic)."""
-    k: int | None = None
-    """Samples per problem (avg@k); default: the report's, 32 for AIME and math files, 4 for
-    LiveCodeBench and files with code."""
-    temperature: float = 0.6
-    """Sampling temperature (the report's 0.6 for the 7B model)."""
-    top_p: float = 1.0
-    """Nucleus sampling mass."""
-    top_k: int = -1
-    """Top-k sampling (-1: off)."""
-    max_tokens: int = 32768
-    """Response limit, tokens."""
-    seed: int = 0
-    """Sampling seed."""
-    output_dir: Path | None = None
-    """Where generations.jsonl, results.jsonl and summary.json go (default:
-    runs/eval/<model>-<dataset>)."""
-    instruction_suffix: str = DEFAULT_SUFFIX
-    """Appended to math prompts (the report's; '' for none)."""
-    limit: int | None = None
-    """First N problems only."""
-    skip_invalid: bool = False
-    """Skip malformed rows (counted) instead of failing."""
-    allow_errors: bool = False
-    """Count responses the verifier could not judge as incorrect."""
-    timeout_s: float = 3600.0
-    """Longest wait for verdicts after generation ends, seconds."""
-    tokenizer: str | None = None
-    """Tokenizer directory (default: --model)."""
-    verifier_addr: str | None = None
-    """HOST:PORT[,HOST:PORT...] of a verifier; default: start a local one."""
-    verifier_workers: int = 2
-    """Workers of the local verifier (without --verifier-addr)."""
-    engine: EngineConfig = field(default_factory=standalone_engine)
-    """The rollout engine (hf: Hugging Face generate, CPU and small models; vllm: production)."""
-
-    @property
-    def lcb_window(self) -> tuple[str, str] | None:
-        """The contest-date window of LiveCodeBench problems (None: every date)."""
-        return None if self.lcb_all_dates else (self.lcb_start, self.lcb_end)
 
 
 def default_output_dir(opts: EvalOptions) -> Path:

@@ -21,8 +21,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import torch
-
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARIES = ("torch", "transformers", "vllm", "deepspeed", "numpy", "math-verify", "sympy")
 """The packages whose versions a record names (those not installed are left out)."""
@@ -70,6 +68,10 @@ def cpu() -> dict[str, Any]:
 def numerics() -> dict[str, Any]:
     """torch's kernel choice on this CPU, its BLAS (MKL's version where torch has it) and its
     threads."""
+    # Imported here: `trainer ablate` reads code commits through this module, and the trainer's
+    # command line answers --help without torch (trainer/cli.py).
+    import torch
+
     config = torch.__config__.show()
     mkl = re.search(r"Intel\(R\) (?:oneAPI )?Math Kernel Library Version ([\d.]+)", config)
     return {
