@@ -32,7 +32,7 @@ import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 import tyro
 from rich.console import Console
@@ -180,6 +180,9 @@ def cmd_run(args: RunArgs) -> int:
         cfg = _resolved_config(args)
     except (ValueError, FileNotFoundError) as e:
         return _user_error(e, "config error")
+    missing = missing_inputs(cfg)
+    if missing:
+        return _user_error(FileNotFoundError(missing))
     resume = args.resume is not None
     fresh = False
     if int(os.environ.get("RANK", "0")) == 0:  # one rank decides for the run directory
@@ -196,8 +199,12 @@ def cmd_run(args: RunArgs) -> int:
 
         _quiet_hf_downloads()
         trainer = Trainer(cfg, resume=resume)
-    except BaseException:
+    except (DataError, CheckpointError, RewardError) as e:
         if fresh:  # a failed start leaves no half-made run directory
+            run_dirs.release(cfg.run_dir)
+        return _user_error(e)
+    except BaseException:
+        if fresh:
             run_dirs.release(cfg.run_dir)
         raise
     try:
@@ -214,6 +221,30 @@ def cmd_run(args: RunArgs) -> int:
         table.add_row(k, f"{v:.3f}" if isinstance(v, float) else str(v))
     Console().print(table)
     return 0
+
+
+MADE_BY = {"runs/demo-data": "`make demo` (scripts/demo.py: the toy world)"}
+"""Input folders a command of this repository writes: named in the error when they are missing."""
+
+
+def missing_inputs(cfg: Any) -> str | None:
+    """One line naming every input of a run config that does not exist (the data files, and
+    the model and tokenizer directories when given), where relative paths are read from, and
+    the command that writes them where there is one; None when all exist. Checked before torch
+    is imported, so the answer takes a second, not a minute."""
+    wanted = [("data.train_files", f) for f in cfg.data.train_files]
+    wanted += [("data.eval_files", f) for f in cfg.data.eval_files]
+    wanted += [(k, v) for k, v in (("model_path", cfg.model_path),
+                                   ("tokenizer_path", cfg.tokenizer_path)) if v]
+    gone = [(key, path) for key, path in wanted if not Path(path).exists()]
+    if not gone:
+        return None
+    parts = [f"{key}: {path} does not exist" for key, path in gone]
+    if any(not Path(p).is_absolute() for _, p in gone):
+        parts.append(f"relative paths are read from {Path.cwd()}")
+    parts += [f"{folder}/ is written by {made}" for folder, made in MADE_BY.items()
+              if any(Path(p).as_posix().startswith(folder + "/") for _, p in gone)]
+    return "; ".join(parts)
 
 
 def _stopped_by_verifier(error: RewardError, checkpoint: Path | None, run_dir: Path) -> int:

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from verifier.client import ClientConfig, VerifierClient
-from verifier.items import NOT_A_VERDICT, Result
+from verifier.items import NOT_A_VERDICT, Result, VerifierError
 from verifier.local import LocalVerifier
 
 log = logging.getLogger(__name__)
@@ -433,7 +433,8 @@ def _child_main(fd: int) -> None:
     try:
         client.wait_ready(timeout_s=connect_timeout_s)
     except Exception as e:  # noqa: BLE001 - reported to the parent, which raises
-        send(("error", None, f"{type(e).__name__}: {e}"))
+        send(("error", None, str(e) if isinstance(e, VerifierError) else
+              f"{type(e).__name__}: {e}"))
         return
     send(("ready", None, None))
     streams: dict[int, _ChildStream] = {}

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -34,7 +35,15 @@ import grpc
 
 from verifier.client_config import ClientConfig
 from verifier.convert import encode_item, result_from_proto
-from verifier.fleet import RETRYABLE, Fleet, FleetStream, backoff_s, retry_hint_s
+from verifier.fleet import (
+    RETRYABLE,
+    Fleet,
+    FleetStream,
+    backoff_s,
+    parse_address,
+    retry_hint_s,
+    split_host_port,
+)
 from verifier.items import Item, Result, VerifierError
 from verifier.proto import verifier_pb2 as pb
 
@@ -52,6 +61,37 @@ def _encode_all(items: Iterable[Item | dict[str, Any]]) -> list[pb.Item | Result
 def _merge(encoded: list[pb.Item | Result], answered: Iterator[Result]) -> list[Result]:
     """Results in input order: local results where they were, server results elsewhere."""
     return [next(answered) if isinstance(e, pb.Item) else e for e in encoded]
+
+
+REFUSED_S = 3.0
+"""How long :meth:`VerifierClient.wait_ready` lets every address refuse connections before it
+warns that nothing listens there."""
+
+
+def nothing_listens(address: str, connect_s: float = 1.0) -> str | None:
+    """Why nothing can be listening at ``address`` ("connection refused at HOST:PORT", "HOST
+    does not resolve"), or None when some address accepts a TCP connection, stays silent
+    (a network that drops packets may still lead to a verifier) or is not a HOST:PORT this can
+    probe (a unix socket: gRPC's own wait decides)."""
+    reasons = []
+    for target in parse_address(address):
+        try:
+            if target.dns_host is not None:
+                host, port = target.dns_host, target.port
+            else:
+                host, port = split_host_port(target.text, target.text)
+        except VerifierError:
+            return None
+        try:
+            with socket.create_connection((host, port), timeout=connect_s):
+                return None
+        except socket.gaierror:
+            reasons.append(f"{host} does not resolve")
+        except ConnectionRefusedError:
+            reasons.append(f"connection refused at {host}:{port}")
+        except OSError:  # a timeout, an unreachable network: not a sure "nothing there"
+            return None
+    return "; ".join(reasons)
 
 
 class VerifierClient:
@@ -76,15 +116,32 @@ class VerifierClient:
         """True when at least one replica reports SERVING."""
         return any(self.replica_health(timeout_s).values())
 
-    def wait_ready(self, timeout_s: float = 30.0, all_replicas: bool = False) -> None:
-        """Block until one replica (or, with ``all_replicas``, every one) reports SERVING."""
-        end = time.monotonic() + timeout_s
+    def wait_ready(self, timeout_s: float = 30.0, all_replicas: bool = False,
+                   refused_s: float = REFUSED_S) -> None:
+        """Block until one replica (or, with ``all_replicas``, every one) reports SERVING.
+
+        When nothing listens at any address (every connection refused, or no name resolves)
+        for ``refused_s``, it says so at once in a warning, and the error at ``timeout_s`` says
+        why: a mistyped port or a verifier that is not running is named within seconds. It
+        still waits the whole ``timeout_s``: a verifier started at the same moment (a compose
+        file, a Kubernetes pod still pulling its image) may bind its port late."""
+        start = time.monotonic()
+        end = start + timeout_s
+        heard_at, why, warned = start, None, False
         while time.monotonic() < end:
             states = self.replica_health(timeout_s=min(2.0, max(0.1, end - time.monotonic())))
             if states and (all(states.values()) if all_replicas else any(states.values())):
                 return
+            why = nothing_listens(self.address)
+            if why is None:
+                heard_at = time.monotonic()
+            elif not warned and time.monotonic() - heard_at >= refused_s:
+                log.warning("no verifier at %s yet: %s; waiting up to %g s (is `verifier serve` "
+                            "running there?)", self.address, why, timeout_s)
+                warned = True
             time.sleep(0.1)
-        raise VerifierError(f"verifier at {self.address} not ready after {timeout_s:g} s",
+        raise VerifierError(f"verifier at {self.address} not ready after {timeout_s:g} s"
+                            + (f": {why} (is `verifier serve` running there?)" if why else ""),
                             "unavailable")
 
     def replica_stats(self) -> dict[str, dict[str, Any]]:

@@ -83,7 +83,8 @@ class Target:
     port: int | None = None
 
 
-def _split_host_port(text: str, entry: str) -> tuple[str, int]:
+def split_host_port(text: str, entry: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``[IPv6]:PORT`` -> (host, port); ``entry`` names it in the error."""
     if text.startswith("["):
         host, sep, rest = text[1:].partition("]")
         port_s = rest[1:] if rest.startswith(":") else ""
@@ -112,7 +113,7 @@ def parse_address(address: str) -> list[Target]:
                     raise VerifierError(
                         f"verifier address {e!r}: a DNS server in the address is not supported; "
                         "use dns:///HOST:PORT (the system resolver)", "invalid_argument")
-            host, port = _split_host_port(rest, e)
+            host, port = split_host_port(rest, e)
             targets.append(Target(e, host, port))
         else:
             targets.append(Target(e))
