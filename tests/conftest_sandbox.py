@@ -155,3 +155,23 @@ def after_attack(request):
     nxt = score_code(respond(SUM_OK), SUM_GT, Limits(), sb)
     assert nxt.status is Status.CORRECT, nxt
     assert (nxt.passed, nxt.total) == (3, 3)
+
+
+CHECKED = "default+checker"
+"""A pseudo-profile of the attack and red-team suites: the default profile, with a checker in
+use on every ground truth that can carry one (``checker_in_use``)."""
+# A testlib-style checker (docs/contracts.md 1) that accepts what the exact rule accepts, token
+# by token on the raw bytes: the attacks must fare no better with it than without.
+TOKENS_CHECKER = {"language": "python", "source": (
+    "import sys\n"
+    "out = open(sys.argv[2], 'rb').read().split()\n"
+    "ans = open(sys.argv[3], 'rb').read().split()\n"
+    "sys.exit(0 if out == ans else 1)\n")}
+
+
+def checker_in_use(gt):
+    """``gt`` with a checker: the program checker on stdin/stdout tests, "float:1e-9" on
+    call-based ones; other formats (and JSON strings) as they are."""
+    if not isinstance(gt, dict) or "inputs" not in gt or "checker" in gt:
+        return gt
+    return {**gt, "checker": "float:1e-9" if gt.get("fn_name") else TOKENS_CHECKER}

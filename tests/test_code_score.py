@@ -20,6 +20,8 @@ from tests.conftest_sandbox import (SUM_GT, SUM_OK, nsjail_sandbox, refuse_sandb
                                     respond)
 from verifier import code_score
 from verifier.code_score import score_code
+from verifier.checker_jail import Case, checker_run
+from verifier.checkers import parse_checker
 from verifier.ground_truth import BadGroundTruth, parse_ground_truth
 from verifier.harness import build, framing, harness_source
 from verifier.output_compare import outputs_match, values_match
@@ -592,10 +594,26 @@ def test_the_declared_payload_is_the_one_the_harness_reads():
     assert read - own == declared
 
 
+def _payload(mode: str) -> dict:
+    """A payload of ``mode`` as the judge builds it (a checker's: verifier/checker_jail.py)."""
+    if mode == "checker":
+        checker = parse_checker({"language": "python", "source": "pass"})
+        cfg, _limits = checker_run(checker, [Case(0, "1\n", b"2\n", "1\n")], test_timeout=6,
+                                   memory_mb=256, stop_on_fail=True, oom_is_memory=True)
+        return cfg
+    spec = parse_ground_truth({"stdio": SUM_GT, "call": CALL_GT, "check": ASSERT_GT}[mode])
+    return code_score.harness_payload(spec, "print(1)", get_profile("default"), **PAYLOAD_ARGS)
+
+
+def test_the_checker_payload_is_the_declared_one():
+    cfg = _payload("checker")
+    assert set(cfg) == _declared("checker") and framing.payload_problem(cfg) == ""
+    assert marshal.loads(marshal.dumps(cfg, 4)) == cfg
+
+
 @pytest.mark.parametrize("mode", sorted(framing.PAYLOAD_MODE_FIELDS))
 def test_the_payload_check_names_what_is_wrong(mode):
-    spec = parse_ground_truth({"stdio": SUM_GT, "call": CALL_GT, "check": ASSERT_GT}[mode])
-    cfg = code_score.harness_payload(spec, "print(1)", get_profile("default"), **PAYLOAD_ARGS)
+    cfg = _payload(mode)
     for field in _declared(mode):
         bad = {k: v for k, v in cfg.items() if k != field}
         assert field in framing.payload_problem(bad), field

@@ -14,8 +14,10 @@ import uuid
 import pytest
 
 from tests.conftest_sandbox import (  # noqa: F401
+    CHECKED,
     PROJECT_ROOT,
     after_attack,
+    checker_in_use,
     forkserver_sandbox,
     nsjail_sandbox,
     respond,
@@ -35,18 +37,24 @@ SQUARE = "print(int(input()) ** 2)"
 PROFILE = get_profile("default")
 
 
-@pytest.fixture(autouse=True, params=PROFILES)
+CHECKING = False  # the test's ground truths carry a checker (CHECKED)
+
+
+@pytest.fixture(autouse=True, params=[*PROFILES, CHECKED])
 def profile(request):
     """Every attack runs under every judging profile (their preambles, recursion limits,
-    SystemExit rules and time budgets must not open a hole)."""
-    global PROFILE
-    PROFILE = get_profile(request.param)
+    SystemExit rules and time budgets must not open a hole), and under the default one with
+    checkers in use (a program checker in a jail of its own, or "float:EPS")."""
+    global PROFILE, CHECKING
+    CHECKING = request.param == CHECKED
+    PROFILE = get_profile("default" if CHECKING else request.param)
     yield PROFILE
-    PROFILE = get_profile("default")
+    PROFILE, CHECKING = get_profile("default"), False
 
 
 def attack(sb, code, gt=ONE, **limits):
     limits.setdefault("test_timeout_s", 1.5)
+    gt = checker_in_use(gt) if CHECKING else gt
     o = score_code(respond(code), gt, Limits(**limits), sb, profile=PROFILE)
     assert o.status is not Status.CORRECT, o
     return o

@@ -23,10 +23,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sandbox import SandboxLimits
 from tests.conftest import ServerProcess
 from tests.conftest_sandbox import (  # noqa: F401
+    CHECKED,
     SUM_GT,
     SUM_OK,
     after_attack,
     assert_no_leftovers,
+    checker_in_use,
     forkserver_sandbox,
     nsjail_sandbox,
     respond,
@@ -54,7 +56,8 @@ def pytest_generate_tests(metafunc):
     judging profile: their preambles, recursion limits, SystemExit rules, numpy and time
     budgets must not reopen a hole. The server-level findings run once."""
     if "after_attack" in metafunc.fixturenames:
-        metafunc.parametrize("profile_name", PROFILES)
+        # CHECKED: the default profile with checkers in use (conftest_sandbox.checker_in_use).
+        metafunc.parametrize("profile_name", [*PROFILES, CHECKED])
 
 
 @pytest.fixture()
@@ -62,12 +65,16 @@ def profile_name():
     return "default"
 
 
+CHECKING = False  # the finding's ground truths carry a checker (CHECKED)
+
+
 @pytest.fixture(autouse=True)
 def _judging_profile(profile_name):
-    global PROFILE
-    PROFILE = get_profile(profile_name)
+    global PROFILE, CHECKING
+    CHECKING = profile_name == CHECKED
+    PROFILE = get_profile("default" if CHECKING else profile_name)
     yield PROFILE
-    PROFILE = get_profile("default")
+    PROFILE, CHECKING = get_profile("default"), False
 
 
 def judged(sb, code, gt, max_s=60, **limits):
@@ -75,6 +82,7 @@ def judged(sb, code, gt, max_s=60, **limits):
     CORRECT, within ``max_s`` (generous: a bound for a loaded machine, far below the findings'
     30 s to 12 minutes)."""
     limits.setdefault("test_timeout_s", 3)
+    gt = checker_in_use(gt) if CHECKING else gt
     t = time.monotonic()
     o = score_code(respond(code), gt, Limits(**limits), sb, profile=PROFILE)
     assert o.status is not Status.CORRECT, o

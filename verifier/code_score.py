@@ -67,6 +67,8 @@ from typing import Any, Callable, NamedTuple
 
 from sandbox import RunResult, Sandbox, SandboxLimits
 
+from .checker_jail import CHECK_PENDING_BYTES, Case, CheckerRecords, checker_run
+from .checkers import EXACT, FLOAT_PREFIX, ProgramChecker, describe
 from .extract import after_think, last_code_block, lcb_code_block, skywork_code_block
 from .descriptors import fd_shortage, run_jail, unavailable
 from .harness import framing
@@ -216,6 +218,10 @@ class _Judge:
         # output hook raised as its own error (which would read as SANDBOX_ERROR).
         self.fault: VerifierError | None = None
         self._expected_bytes: dict[int, bytes] = {}
+        # A checker program's tests whose outputs wait for it (verifier/checker_jail.py): their
+        # results here are provisional until ``_check_outputs`` runs after the program's run.
+        self.pending: dict[int, bytes] = {}
+        self.pending_bytes = 0
         # The harness's own CPU and its reaped children's, at its first and last records
         # (microseconds; informational, for the cost breakdown of docs/verifier.md 3).
         self.cpu_first: tuple[int, int] | None = None
@@ -352,18 +358,27 @@ class _Judge:
         # The cheap sufficient tests, and small stdin/stdout comparisons, run here; anything
         # else runs under a deadline, off this thread (the program chose this output: millions
         # of numbers, a hash-flooded set, ...).
+        rule = self.spec.checker
         if self.spec.mode == "stdio":
-            if stdout_identical(out.decode("utf-8", errors="replace"), expected):
+            if isinstance(rule, ProgramChecker):
+                return self.await_checker(i, out, expected, where)
+            # Non-UTF-8 bytes are U+FFFD for the exact rule (LiveCodeBench's decoding), equal
+            # to nothing for the others (compare_stdout). No fast path for "float:EPS": an
+            # expected nan or inf matches nothing, not even itself.
+            if not rule.startswith(FLOAT_PREFIX) and stdout_identical(
+                    out.decode("utf-8", errors="replace" if rule == EXACT else "surrogateescape"),
+                    expected):
                 return Status.CORRECT, ""
-            task: tuple = (compare_stdout, (out, expected))
+            task: tuple = (compare_stdout, (out, expected, rule))
             if len(out) + len(expected) <= INLINE_COMPARE_BYTES:
                 run = run_inline
         else:
             if i not in self._expected_bytes:
                 self._expected_bytes[i] = canonical_return(expected)
-            if out == self._expected_bytes[i]:
+            if rule == EXACT and out == self._expected_bytes[i]:
                 return Status.CORRECT, ""
-            task = (compare_return, (out, expected, self.spec.taco_outputs, self.numpy_arrays))
+            task = (compare_return,
+                    (out, expected, self.spec.taco_outputs, self.numpy_arrays, rule))
         budget = max(self.deadline - time.monotonic(), MIN_COMPARE_S)
         try:
             ok, message = run(task[0], task[1], budget)
@@ -381,6 +396,24 @@ class _Judge:
             what = str(e) if isinstance(e, TaskFailed) else f"{type(e).__name__}: {e}"
             return Status.RUNTIME_ERROR, f"{where}: the program's output is malformed ({what})"
         return (Status.CORRECT, "") if ok else (Status.INCORRECT, f"{where}: {message}")
+
+    def await_checker(self, i: int, out: bytes, expected: str, where: str
+                      ) -> tuple[Status, str]:
+        """A test of a checker program: CORRECT at once when the output is the expected one
+        (equal after stripping: the expected answer is right by definition), else provisionally
+        CORRECT, its output kept for the checker's jail after the program's run. Kept outputs
+        are bounded (CHECK_PENDING_BYTES): the judge holds them, and the program chose them."""
+        try:
+            if stdout_identical(out.decode("utf-8"), expected):
+                return Status.CORRECT, ""
+        except UnicodeDecodeError:
+            pass  # not the expected text: the checker reads the bytes as they are
+        if self.pending_bytes + len(out) > CHECK_PENDING_BYTES:
+            return Status.OUTPUT_LIMIT, (f"{where}: the outputs waiting for the checker exceed "
+                                         f"{CHECK_PENDING_BYTES >> 20} MiB in all")
+        self.pending[i] = out
+        self.pending_bytes += len(out)
+        return Status.CORRECT, ""
 
 
 # Failures of the verifier's own machinery while judging a record: not the program's.
@@ -503,8 +536,20 @@ def score_code(
     threads). ``costs``, when given, receives the jail's measured CPU split (seconds; the
     stages of verifier/metrics.py STAGES)."""
     try:
-        return _score(response, ground_truth, limits or Limits(), sandbox, run_bounded, profile,
-                      {} if costs is None else costs)
+        spec = _spec(ground_truth, run_bounded, profile.int_max_str_digits)
+        if isinstance(spec, Outcome):
+            return spec
+        note = ""
+        if spec.checker != EXACT and not profile.checkers:
+            # lcb and skywork reproduce their reference judges, which compare exactly.
+            note = (f" (the item's checker, {describe(spec.checker)}, is not used: the "
+                    f"{profile.name!r} profile judges by its reference judge's exact rule)")
+            spec.checker = EXACT
+        outcome = _score(response, spec, limits or Limits(), sandbox, run_bounded, profile,
+                         {} if costs is None else costs)
+        if note:
+            outcome.detail = (outcome.detail + note)[:1000]
+        return outcome
     except VerifierError:
         raise  # the service's fault (out of descriptors): the call's error, never a verdict
     except Exception as e:  # a bug here must not crash the batch; it is not the program's fault
@@ -521,18 +566,16 @@ def score_code(
 
 def _score(
     response: str,
-    ground_truth: Any,
+    spec: Spec,
     limits: Limits,
     sandbox: Sandbox,
     run_bounded: RunBounded,
     profile: Profile,
     costs: dict[str, float],
 ) -> Outcome:
-    """One sample judged: its ground truth and program checked, the harness run in one jail,
-    the verdict made of its records."""
-    spec = _spec(ground_truth, run_bounded, profile.int_max_str_digits)
-    if isinstance(spec, Outcome):
-        return spec
+    """One sample judged against its parsed ground truth: its program checked, the harness run
+    in one jail (then a checker program's, if any, in one more), the verdict made of the
+    records."""
     program = _program(response, spec.total, profile)
     if isinstance(program, Outcome):
         return program
@@ -546,13 +589,57 @@ def _score(
     judge = _Judge(spec, plan.stop_on_fail, run_bounded, time.monotonic() + plan.timeout,
                    profile.numpy)
     stream = _Stream(keys, judge.on_record)
-    run = _run_harness(sandbox, stdin, plan, spec.total, stream)
+    run = _run_harness(sandbox, stdin, _jail_limits(plan, spec.total), spec.total, stream)
     if judge.fault is not None:
         raise judge.fault
     if isinstance(run, Outcome):
         return run
     costs.update(judge.costs(run.cpu_s))
+    if judge.pending and not stream.error and judge.special is None and run.status != "error":
+        checked = _check_outputs(sandbox, spec, judge, plan, costs)
+        if checked is not None:
+            return checked
     return _verdict(spec, judge, stream, run, plan.timeout)
+
+
+def _check_outputs(sandbox: Sandbox, spec: Spec, judge: _Judge, plan: _Plan,
+                   costs: dict[str, float]) -> Outcome | None:
+    """Run the checker program on the outputs that wait for it (one jail for the sample, after
+    the program's run), writing its verdicts into ``judge.results``; or the item's Outcome
+    when the checker is broken (INVALID_INPUT) or its jail failed (SANDBOX_ERROR). With early
+    stop, only the tests before the program's first failure are checked."""
+    checker = spec.checker
+    if not isinstance(checker, ProgramChecker):  # only a checker program's tests wait
+        raise TypeError(f"no checker program to run: {checker!r}")
+    fail = judge.first_failure() if plan.stop_on_fail else None
+    cases = [Case(i, spec.inputs[i], out, spec.outputs[i])
+             for i, out in sorted(judge.pending.items()) if fail is None or i < fail[0]]
+    if not cases:
+        return None
+    # Under the program's test time limit and memory limit: the same policy, a jail of its
+    # own, started only now (the program's jail is gone).
+    cfg, sb_limits = checker_run(checker, cases, test_timeout=float(plan.cfg["test_timeout"]),
+                                 memory_mb=plan.memory_mb, stop_on_fail=plan.stop_on_fail,
+                                 oom_is_memory=plan.cfg["oom_is_memory"])
+    sent = _harness_stdin(cfg, len(cases))
+    if isinstance(sent, Outcome):  # marshal refused bytes and str: the verifier's bug
+        return Outcome(Status.INTERNAL_ERROR, f"the checker's payload: {sent.detail}", 0,
+                       spec.total)
+    stdin, keys = sent
+    records = CheckerRecords()
+    stream = _Stream(keys, records.on_record)
+    run = _run_harness(sandbox, stdin, sb_limits, spec.total, stream, "the checker's jail")
+    if isinstance(run, Outcome):
+        return run
+    costs["checker"] = costs.get("checker", 0.0) + run.cpu_s
+    if stream.error:
+        return Outcome(Status.SANDBOX_ERROR, f"the checker's record stream was rejected: "
+                       f"{stream.error}", 0, spec.total)
+    verdicts = records.verdicts(checker, cases, spec.total, plan.stop_on_fail, run.status)
+    if isinstance(verdicts, Outcome):
+        return Outcome(verdicts.status, verdicts.detail, 0, spec.total)
+    judge.results.update(verdicts)
+    return None
 
 
 def _program(response: str, total: int, profile: Profile) -> str | Outcome:
@@ -630,19 +717,26 @@ def _harness_stdin(cfg: dict[str, Any], total: int) -> tuple[bytes, list[bytes]]
     return len(payload).to_bytes(8, "big") + payload + b"".join(keys), keys
 
 
-def _run_harness(
-    sandbox: Sandbox, stdin: bytes, plan: _Plan, total: int, stream: _Stream
-) -> RunResult | Outcome:
-    """Run the harness in one jail, its records fed to ``stream`` as they arrive, or
-    SANDBOX_ERROR when the sandbox fails. A jail that cannot start for want of descriptors is
-    tried again, then VerifierError("unavailable") (verifier/descriptors.py): the replica's
-    state, never the item's verdict."""
-    sb_limits = SandboxLimits(
+def _jail_limits(plan: _Plan, total: int) -> SandboxLimits:
+    """The limits of a sample's jail: the item's time, the program's memory, room for every
+    test's output."""
+    return SandboxLimits(
         wall_s=plan.timeout,
         cpu_s=plan.timeout + 1,
         memory_mb=plan.memory_mb,
         output_bytes=total * (plan.out_bytes + framing.ERR_TAIL + 4096) + (1 << 20),
     )
+
+
+def _run_harness(
+    sandbox: Sandbox, stdin: bytes, sb_limits: SandboxLimits, total: int, stream: _Stream,
+    what: str = "",
+) -> RunResult | Outcome:
+    """Run the harness in one jail under ``sb_limits``, its records fed to ``stream`` as they
+    arrive, or SANDBOX_ERROR when the sandbox fails (``what``: the jail's name in the message,
+    e.g. "the checker's jail"). A jail that cannot start for want of descriptors is
+    tried again, then VerifierError("unavailable") (verifier/descriptors.py): the replica's
+    state, never the item's verdict."""
     try:
         files, entry = harness_files(sandbox)
         argv = [sandbox.python, *PYTHON_FLAGS, entry]
@@ -657,7 +751,8 @@ def _run_harness(
             raise unavailable("starting a jail", e) from e
         return Outcome(
             Status.SANDBOX_ERROR,
-            f"sandbox {sandbox.name} failed: {type(e).__name__}: {e}",
+            f"sandbox {sandbox.name} failed{' running ' + what if what else ''}: "
+            f"{type(e).__name__}: {e}",
             0,
             total,
         )

@@ -280,13 +280,15 @@ class EvalConfig:
     lcb_profile: Literal["default", "lcb", "skywork"] = "lcb"
     """Judging profile of LiveCodeBench problems (lcb: LiveCodeBench's own judge). The other
     problems name none: the verifier's default applies (in-process: --profile)."""
-    explain: Literal["default", "lcb", "skywork"] | None = None
+    explain: Literal["default", "lcb", "skywork", "exact"] | None = None
     """Also judge the LiveCodeBench problems' responses under this profile (e.g. default: this
     project's rules, under which correct programs pass) and report, per problem and overall,
     where it and --lcb-profile disagree and the class of rule that explains each disagreement
     (verifier/explain.py: stdin, stdout, wrap, name_guard, exit, preamble, output_cap, ...):
-    how much of the model's LiveCodeBench failure is the harness's doing. The summary's
-    explain block; a table on stdout. Doubles the judging work. With --problems only."""
+    how much of the model's LiveCodeBench failure is the harness's doing. "exact": judge the
+    responses of the problems with a checker (docs/contracts.md 1) again by the exact rule and
+    report how many verdicts the checker changed. The summary's explain block; a table on
+    stdout. Doubles the judging work. With --problems only."""
     addr: str | None = None
     """HOST:PORT of a running verifier, a comma list of them, or dns:///NAME:PORT (work is
     spread over the healthy replicas and fails over). Without it, responses are scored
@@ -324,8 +326,9 @@ class EvalConfig:
             raise ValueError("give --input GENERATIONS.jsonl, or --problems FILE[,FILE...] "
                              "with --generations FILE")
         if self.explain is not None and self.input is not None:
-            raise ValueError("--explain compares profiles on LiveCodeBench problems: give "
-                             "--problems with --generations")
+            raise ValueError("--explain compares profiles (exact: the checkers against the "
+                             "exact rule) on a problems file: give --problems with "
+                             "--generations")
         if self.explain is not None and self.explain == self.lcb_profile:
             raise ValueError(f"--explain {self.explain} is --lcb-profile itself: name another "
                              "profile (e.g. --explain default)")

@@ -51,6 +51,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from verifier.bigint import MAX_INT_DIGITS, json_dumps_digits, json_loads_digits
+from verifier.checkers import CHECKERS_AGAINST, has_checker, without_checker
 from verifier.client import ClientConfig, VerifierClient
 from verifier.config import EvalConfig, ScoringConfig
 from verifier.generations import Generation, read_generations_file
@@ -773,13 +774,19 @@ def _score(cfg: EvalConfig, problems: Sequence[EvalProblem]) -> dict[str, Result
 def _explain(cfg: EvalConfig, joined: Joined, results: dict[str, Result]) -> dict[str, Any]:
     """``--explain``: the judged LiveCodeBench problems' responses judged again under
     ``cfg.explain``, and where the two profiles disagree (verifier/explain.py)."""
-    from verifier.explain import explain  # lazy: only --explain needs it
+    from verifier.explain import explain, explain_checkers  # lazy: only --explain needs it
 
     assert cfg.explain is not None
-    ps = [p for p in joined.problems if p.id in joined.lcb and not p.unjudged]
-    items = [Item(f"explain:{p.wire_id(j)}", p.domain, p.responses[j], p.ground_truth,
-                  p.data_source, p.limits, cfg.explain)
-             for p in ps for j in range(len(p.responses))]
+    if cfg.explain == CHECKERS_AGAINST:
+        ps = [p for p in joined.problems if not p.unjudged and has_checker(p.ground_truth)]
+        items = [Item(f"explain:{p.wire_id(j)}", p.domain, p.responses[j],
+                      without_checker(p.ground_truth), p.data_source, p.limits, p.profile)
+                 for p in ps for j in range(len(p.responses))]
+    else:
+        ps = [p for p in joined.problems if p.id in joined.lcb and not p.unjudged]
+        items = [Item(f"explain:{p.wire_id(j)}", p.domain, p.responses[j], p.ground_truth,
+                      p.data_source, p.limits, cfg.explain)
+                 for p in ps for j in range(len(p.responses))]
     console = Console(stderr=True)
     hidden = cfg.progress == "off" or (cfg.progress == "auto" and not console.is_terminal)
     with Progress(TextColumn(f"[bold]judging again under {cfg.explain}"), BarColumn(),
@@ -789,6 +796,8 @@ def _explain(cfg: EvalConfig, joined: Joined, results: dict[str, Result]) -> dic
         done = (score_items(items, cfg.addr, cfg.scoring, cfg.client,
                             on_result=lambda _r: bar.advance(task)) if items else {})
     other = {key.removeprefix("explain:"): r for key, r in done.items()}
+    if cfg.explain == CHECKERS_AGAINST:
+        return explain_checkers(ps, results, other)
     return explain(ps, results, other, cfg.lcb_profile, cfg.explain)
 
 
@@ -809,6 +818,13 @@ def explain_table(summary: dict[str, Any]) -> Table:
 
 def _print_explain(summary: dict[str, Any], console: Console) -> None:
     ex = summary["explain"]
+    if ex["against"] == CHECKERS_AGAINST:
+        console.print(f"the checkers of {ex['n_problems']} problems changed "
+                      f"{ex['n_changed']} of {ex['n_responses']} verdicts against the exact "
+                      f"rule: {ex['checker_passes_exact_fails']} pass only with the checker, "
+                      f"{ex['checker_fails_exact_passes']} only without it", highlight=False,
+                      soft_wrap=True)
+        return
     a, b = ex["profile"], ex["against"]
     console.print(explain_table(summary))
     share = ex["harness_share_of_failures"]

@@ -24,6 +24,7 @@ import re
 from collections import Counter
 from typing import Any, Sequence
 
+from verifier.checkers import CHECKERS_AGAINST
 from verifier.code_score import extract_program
 from verifier.items import Result, Status
 from verifier.profiles import get_profile
@@ -158,6 +159,38 @@ def classify(response: str, ground_truth: Any, lcb: Result, other: Result,
     if (mode == "call" and Status.INCORRECT in statuses) or "nested too deeply" in details:
         return "equality"
     return "other"
+
+
+def explain_checkers(problems: Sequence[Any], results: dict[str, Result],
+                     exact: dict[str, Result]) -> dict[str, Any]:
+    """The ``explain`` block of ``verifier eval --explain exact``: how many verdicts the
+    problems' checkers (docs/contracts.md 1) changed. ``problems`` are those with a checker
+    (EvalProblem), ``results`` their results with it and ``exact`` without it (the exact
+    rule), by the same wire ids."""
+    by_problem: dict[str, Any] = {}
+    n = checker_passes = exact_passes = 0
+    for p in problems:
+        changed = []
+        for j in range(len(p.responses)):
+            rc, re_ = results[p.wire_id(j)], exact[p.wire_id(j)]
+            n += 1
+            if rc.correct == re_.correct:
+                continue
+            checker_passes += rc.correct
+            exact_passes += re_.correct
+            changed.append({"index": j, "checker": rc.status.value, "exact": re_.status.value,
+                            "checker_detail": rc.detail, "exact_detail": re_.detail})
+        if changed:
+            by_problem[p.id] = {"n_responses": len(p.responses), "changed": changed}
+    return {
+        "against": CHECKERS_AGAINST,
+        "n_problems": len(problems),
+        "n_responses": n,
+        "n_changed": checker_passes + exact_passes,
+        "checker_passes_exact_fails": checker_passes,
+        "checker_fails_exact_passes": exact_passes,
+        "by_problem": by_problem,
+    }
 
 
 def explain(problems: Sequence[Any], results: dict[str, Result], other: dict[str, Result],

@@ -5,7 +5,8 @@ Pure: no sandbox, no harness, no I/O. The trainer's data layer and the problem r
 Four formats: stdin/stdout ``{inputs, outputs}``, call-based ``{inputs, outputs, fn_name}``,
 asserts ``{assert_case}`` and LeetCode-style ``{import_prefix, test_code, entry_point}``. The
 asserts of the last two are rewritten here into call-outs to the in-jail evaluator's recorder
-(verifier/harness/), so the evaluator, not the program, decides each test.
+(verifier/harness/), so the evaluator, not the program, decides each test. The first two may
+carry a ``checker`` (verifier/checkers.py), validated here.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verifier.bigint import json_loads_digits
+from verifier.checkers import EXACT, BadChecker, ProgramChecker, parse_checker
 from verifier.items import decode_ground_truth
 
 __all__ = ["BadGroundTruth", "Spec", "parse_ground_truth"]
@@ -34,6 +36,7 @@ class Spec:
     fn_name: str = ""
     prefix: str = ""
     units: dict = field(default_factory=dict)
+    checker: str | ProgramChecker = EXACT  # stdio and call: how outputs are judged
 
 
 def _text(v: Any, what: str) -> str:
@@ -57,6 +60,9 @@ def parse_ground_truth(gt: Any, int_digits: int | None = None) -> Spec:
         )
     if not isinstance(gt, dict):
         raise BadGroundTruth(f"code ground_truth must be an object, got {type(gt).__name__}")
+    if "checker" in gt and any(k in gt for k in ("assert_case", "test_code", "entry_point")):
+        raise BadGroundTruth("a 'checker' judges outputs: it applies to {inputs, outputs"
+                             "[, fn_name]} tests, not to assert or LeetCode-style test code")
     if "assert_case" in gt:
         return _parse_asserts(gt["assert_case"])
     if "test_code" in gt or "entry_point" in gt:
@@ -80,12 +86,18 @@ def _parse_io(gt: dict, int_digits: int | None = None) -> Spec:
     if not inputs:
         raise BadGroundTruth("'inputs' is empty: no tests")
     fn_name = gt.get("fn_name")
-    if fn_name is None or fn_name == "":
+    call_based = not (fn_name is None or fn_name == "")
+    try:
+        checker = parse_checker(gt.get("checker"), call_based)
+    except BadChecker as e:
+        raise BadGroundTruth(str(e)) from None
+    if not call_based:
         return Spec(
             "stdio",
             len(inputs),
             inputs=[_text(x, f"inputs[{i}]") for i, x in enumerate(inputs)],
             outputs=[_text(x, f"outputs[{i}]") for i, x in enumerate(outputs)],
+            checker=checker,
         )
     if not isinstance(fn_name, str) or not fn_name.isidentifier():
         raise BadGroundTruth(f"'fn_name' must be a Python identifier, got {fn_name!r}")
@@ -114,7 +126,8 @@ def _parse_io(gt: dict, int_digits: int | None = None) -> Spec:
         args_list.append(args)
         outs.append(out)
     return Spec(
-        "call", len(inputs), inputs=args_list, outputs=outs, fn_name=fn_name, taco_outputs=taco
+        "call", len(inputs), inputs=args_list, outputs=outs, fn_name=fn_name, taco_outputs=taco,
+        checker=checker,
     )
 
 

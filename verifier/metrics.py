@@ -53,6 +53,8 @@ STAGES = {
                      "(including the first test's fork)",
     "harness_tests": "code: the harness between its first and last records (forks, pipes)",
     "tests": "code: the forked test processes (the program itself)",
+    "checker": "code: the jail of a ground truth's checker program, all of it (nsjail, its "
+               "harness, the checker's runs; docs/contracts.md 1)",
 }
 """The stages of the cost breakdown (docs/verifier.md 3)."""
 _CPU_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,

@@ -21,16 +21,21 @@ LiveCodeBench's rules (``lcb_runner/evaluation/testing_util.py``, LiveCodeBench/
 at 28fef95): stdin/stdout outputs are compared line by line after stripping the whole output and
 each line; a pair of lines that differ as text is equal when both consist entirely of decimal
 tokens with equal values. Call-based results: a returned tuple counts as a list, then ``==``.
+That is the "exact" rule; a ground truth's ``checker`` may name another built-in one
+(verifier/checkers.py, docs/contracts.md 1): "tokens", "tokens_ci" and "float:EPS", applied by
+``compare_stdout`` and (``float:EPS`` only) ``compare_return`` with the same bounds.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from decimal import Decimal, InvalidOperation
+import re
+from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
 
+from verifier.checkers import EXACT, TOKENS, TOKENS_CI, float_eps
 from verifier.harness.codec import encode_message
 
 SHORT = 80  # characters of a value shown in a verdict's message
@@ -83,12 +88,83 @@ def outputs_match(got: str, expected: str) -> bool:
     return True
 
 
-def compare_stdout(got: bytes, expected: str) -> tuple[bool, str]:
-    """Task: ``(ok, message)`` for one stdin/stdout test."""
-    text = got.decode("utf-8", errors="replace")
-    if outputs_match(text, expected):
+def compare_stdout(got: bytes, expected: str, rule: str = EXACT) -> tuple[bool, str]:
+    """Task: ``(ok, message)`` for one stdin/stdout test by the built-in checker ``rule``
+    (verifier/checkers.py; validated with the ground truth)."""
+    if rule == EXACT:
+        text = got.decode("utf-8", errors="replace")
+        ok = outputs_match(text, expected)
+    else:
+        # Bytes that are not UTF-8 become lone surrogates, equal to no character of the
+        # expected text (errors="replace" would make them U+FFFD, which an expected output
+        # may hold).
+        text = got.decode("utf-8", errors="surrogateescape")
+        ok = tokens_match(text, expected, rule)
+    if ok:
         return True, ""
     return False, f"wrong answer (expected {short(expected)}, got {short(text)})"
+
+
+# ---------------------------------------------------------------------------------------------
+# The other built-in checkers of a ground truth (docs/contracts.md 1).
+
+# A finite decimal number in ASCII. Possessive quantifiers: a token of millions of digits is
+# matched in linear time (a backtracking pattern would be quadratic on "999...9x").
+_DECIMAL_TOKEN = re.compile(r"[+-]?(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][+-]?\d++)?", re.ASCII)
+# Differences and bounds to 40 significant digits, at any exponent, never trapping (an
+# overflow is an infinite difference: no match).
+_TOLERANCE = Context(prec=40, Emax=MAX_EMAX, Emin=MIN_EMIN, traps=[])
+_ONE = Decimal(1)
+
+
+def decimal_token(tok: str) -> Decimal | None:
+    """The value of ``tok`` when it is a finite decimal number (``-1``, ``2.50``, ``.5``,
+    ``1e-9``; ASCII digits only: no ``nan``, ``inf``, underscores or hex), else None."""
+    if _DECIMAL_TOKEN.fullmatch(tok) is None:
+        return None
+    return Decimal(tok)
+
+
+def within(got: Decimal, expected: Decimal, eps: Decimal) -> bool:
+    """``|got - expected| <= eps * max(1, |expected|)``."""
+    diff = _TOLERANCE.subtract(got, expected).copy_abs()
+    bound = _TOLERANCE.multiply(eps, max(_ONE, expected.copy_abs()))
+    return diff.is_finite() and diff <= bound
+
+
+def tokens_match(got: str, expected: str, rule: str) -> bool:
+    """The built-in checkers other than "exact": the outputs split on any whitespace are equal
+    token by token ("tokens"), case-insensitively ("tokens_ci"), or ("float:EPS") with two
+    tokens that both are finite decimal numbers equal within EPS x max(1, |expected|) and any
+    other pair equal as text, ``nan`` and ``inf`` matching nothing. The token counts must be
+    equal. Linear in the output: tokens are split once, numbers parsed only where the texts
+    differ (or may be nan/inf)."""
+    a, b = got.split(), expected.split()
+    if len(a) != len(b):
+        return False
+    if rule == TOKENS:
+        return a == b
+    if rule == TOKENS_CI:
+        return all(x == y or x.lower() == y.lower() for x, y in zip(a, b))
+    eps = float_eps(rule)
+    for x, y in zip(a, b):
+        ey = decimal_token(y)
+        if ey is None:
+            if x != y or _non_finite(y):
+                return False
+            continue
+        if x == y:
+            continue
+        ex = decimal_token(x)
+        if ex is None or not within(ex, ey, eps):
+            return False
+    return True
+
+
+def _non_finite(tok: str) -> bool:
+    """``nan`` and ``inf`` as Python's float() reads them (any case, signed, ``infinity``):
+    they match nothing under "float:EPS", themselves included."""
+    return tok.lower().lstrip("+-") in ("nan", "inf", "infinity")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -130,9 +206,13 @@ def _number(x: Any) -> Any:
     return None
 
 
-def _encoded_equal(x: Any, expected: Any, numpy_arrays: bool = False) -> bool:
+def _encoded_equal(x: Any, expected: Any, numpy_arrays: bool = False,
+                   eps: float | None = None) -> bool:
     """``decode(x) == expected`` for a plain JSON ``expected``, without decoding ``x``.
     Iterative over the expected structure (its depth is bounded by the ground truth).
+
+    ``eps`` (the "float:EPS" checker): a pair of numbers of which either is a float matches
+    when both are finite and ``|got - expected| <= eps * max(1, |expected|)``.
 
     ``numpy_arrays`` (profiles with numpy): a one-element numpy array (``np1``) equals what
     LiveCodeBench's ``==`` makes of it: an expected value holding exactly one element (a
@@ -155,6 +235,10 @@ def _encoded_equal(x: Any, expected: Any, numpy_arrays: bool = False) -> bool:
                 return False
         elif type(exp) in _NUMBER:
             n = _number(got)
+            if eps is not None and n is not None and (type(exp) is float or type(n) is float):
+                if not _floats_close(n, exp, eps):
+                    return False
+                continue
             try:
                 if n is None or not (n == exp):
                     return False
@@ -187,6 +271,20 @@ def _encoded_equal(x: Any, expected: Any, numpy_arrays: bool = False) -> bool:
     return True
 
 
+def _floats_close(got: Any, expected: Any, eps: float) -> bool:
+    """The "float:EPS" rule for two numbers (a bool is no number here; nan, inf, and a value
+    too large for a float match nothing)."""
+    if type(got) is bool or type(expected) is bool:
+        return False
+    try:
+        g, e = float(got), float(expected)
+    except (OverflowError, ValueError, InvalidOperation):  # a huge int, a signalling NaN
+        return False
+    if not (math.isfinite(g) and math.isfinite(e)):
+        return False
+    return abs(g - e) <= eps * max(1.0, abs(e))
+
+
 def _as_list(x: Any) -> Any:
     """A returned tuple counts as a list (LiveCodeBench)."""
     if type(x) is dict and x.get("$") == "tuple" and type(x.get("v")) is list:
@@ -211,20 +309,21 @@ def _plain_encoding(v: Any) -> Any:
 
 
 def compare_return(blob: bytes, expected: Any, taco: bool,
-                   numpy_arrays: bool = False) -> tuple[bool, str]:
+                   numpy_arrays: bool = False, rule: str = EXACT) -> tuple[bool, str]:
     """Task: ``(ok, message)`` for one call-based test. With TACO-style outputs (JSON values,
     not strings) ``expected[0]`` is accepted too, as TACO's checker does. ``numpy_arrays``:
     one-element numpy arrays compare as LiveCodeBench's judge compares them
-    (:func:`_encoded_equal`)."""
+    (:func:`_encoded_equal`). ``rule``: "exact" or "float:EPS" (verifier/checkers.py)."""
     try:
         msg = json.loads(blob)
         got = _as_list(msg["v"])
     except (ValueError, TypeError, KeyError, RecursionError):
         return False, "unreadable return value"
-    if _encoded_equal(got, expected, numpy_arrays):
+    eps = None if rule == EXACT else float(float_eps(rule))
+    if _encoded_equal(got, expected, numpy_arrays, eps):
         return True, ""
     if (taco and type(expected) is list and expected
-            and _encoded_equal(got, expected[0], numpy_arrays)):
+            and _encoded_equal(got, expected[0], numpy_arrays, eps)):
         return True, ""
     return False, f"wrong answer (expected {short(expected)}, got {describe_encoded(got)})"
 
@@ -358,10 +457,11 @@ def _push_seq(stack: list, seq: list, open_: str, close: str, w: _Writer) -> Non
     w.put(open_)
 
 
-def values_match(got: Any, expected: Any, taco: bool = False) -> bool:
-    """LiveCodeBench's call-based rule for a Python value: the judge applies it to the value's
-    wire encoding, exactly as a returned value arrives from the sandbox."""
+def values_match(got: Any, expected: Any, taco: bool = False, rule: str = EXACT) -> bool:
+    """LiveCodeBench's call-based rule (or the built-in checker ``rule``) for a Python value:
+    the judge applies it to the value's wire encoding, exactly as a returned value arrives
+    from the sandbox."""
     if type(got) is tuple:
         got = list(got)
     blob = json.dumps(encode_message(got), allow_nan=True).encode()
-    return compare_return(blob, expected, taco)[0]
+    return compare_return(blob, expected, taco, rule=rule)[0]

@@ -3,10 +3,12 @@
 Three row formats, recognised per row (so a JSONL or parquet file may hold any of them):
 
 - **plain JSONL**: ``{"id", "domain": "math"|"code", "ground_truth", "data_source"?,
-  "prompt"?}`` (the item envelope; ``prompt`` is the trainer's business);
+  "prompt"?, "checker"?}`` (the item envelope; ``prompt`` is the trainer's business; a code
+  row's ``checker`` column goes into its ground truth, docs/contracts.md 1);
 - **verl / Skywork parquet**: ``data_source``, ``prompt`` (chat list), ``ability``
   ("math" | "code"), ``reward_model.ground_truth``, ``extra_info`` (``index``/``id``,
-  ``model_difficulty`` in Skywork-OR1-RL-Data). Math ground truth is kept as given (an answer
+  ``model_difficulty`` in Skywork-OR1-RL-Data), and a ``checker`` column as in plain rows.
+  Math ground truth is kept as given (an answer
   string or a JSON list string like ``'["3"]'``: the verifier reads both). Code ground truth is
   a JSON string of test cases, parsed, cleaned of empty fields and checked with the verifier's
   own parser, so a bad row fails when it is read, not when it is judged;
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Generic, Iterator, Literal, Sequence, TypeVar
 
 from verifier.bigint import MAX_INT_DIGITS, json_loads_digits
+from verifier.checkers import BadChecker, add_checker
 from verifier.ground_truth import BadGroundTruth, parse_ground_truth
 from verifier.lcb import (LCB_DATA_SOURCE, LCB_REPORT_WINDOW, LcbQuestion, OversizedTests,
                           in_window, is_lcb_row, parse_lcb_head, parse_lcb_tests)
@@ -129,12 +132,16 @@ def check_math_truth(gt: Any, where: str) -> Any:
                     f"got {type(gt).__name__}")
 
 
-def check_code_truth(gt: Any, where: str) -> dict[str, Any]:
+def check_code_truth(gt: Any, where: str, checker: Any = None) -> dict[str, Any]:
     """Parse a code ground truth (an object or a JSON string of one) and validate it with the
     verifier's parser. Fields that are None, "", [] or {} are dropped: Skywork's released
     preprocessing drops the None ones, and LiveCodeBench's judge reads a missing or None
     ``fn_name`` as stdin/stdout; dropping the other empty values too makes the release's
-    ``"fn_name": ""`` mean stdin/stdout here as well."""
+    ``"fn_name": ""`` mean stdin/stdout here as well.
+
+    ``checker``: the row's ``checker`` column (docs/contracts.md 1: a built-in comparator's
+    name, a checker program object, or a JSON string of one), put into the ground truth; a
+    ground truth that names another checker of its own is a DataError."""
     if isinstance(gt, str):
         try:
             gt = json_loads_digits(gt, MAX_INT_DIGITS)
@@ -147,6 +154,10 @@ def check_code_truth(gt: Any, where: str) -> dict[str, Any]:
         raise DataError(f"{where}: code ground truth must be an object of test cases, got "
                         f"{type(gt).__name__}")
     cleaned = {k: v for k, v in gt.items() if v not in (None, "", [], {})}
+    try:
+        cleaned = add_checker(cleaned, checker)
+    except BadChecker as e:
+        raise DataError(f"{where}: {e}") from None
     try:
         # The judging profile is not known yet (verifier eval picks it per row): integers as
         # large as any profile allows; the judge applies the item's own (code_score._spec).
@@ -293,7 +304,7 @@ def parse_row(row: Any, where: str, index: int = 0) -> ProblemRow:
     if domain == "math":
         ground_truth = check_math_truth(ground_truth, where)
     else:
-        ground_truth = check_code_truth(ground_truth, where)
+        ground_truth = check_code_truth(ground_truth, where, row.get("checker"))
     data_source = row.get("data_source") or ""
     if not isinstance(data_source, str):
         raise DataError(f"{where}: 'data_source' must be a string")

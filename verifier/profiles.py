@@ -122,6 +122,10 @@ class Profile:
     (``ScoringConfig.max_output_mb``, :func:`output_cap`), bounded too by the program's
     memory. A profile's own cap never exceeds the server's maximum either: only a profile
     without one (lcb, skywork) gets more than 8 MiB when the server raises its maximum."""
+    checkers: bool = True
+    """A ground truth's ``checker`` (docs/contracts.md 1, verifier/checkers.py) is used. False
+    (lcb, skywork): their reference judges compare exactly whatever an item says; the verdict's
+    detail then says that the item's checker was not used."""
     code_extraction: Literal["default", "lcb", "skywork"] = "default"
     """"default": the last python/py/python3/untagged fenced block after the last
     ``</think>``; "lcb": the lines between the last two lines that hold a fence, in the whole
@@ -150,6 +154,7 @@ PROFILE_TABLE: dict[str, Profile] = {
         numpy=True,
         harness="lcb",
         output_bytes=None,  # no cap there: the server's maximum (output_cap)
+        checkers=False,  # LiveCodeBench's judge compares exactly (testing_util.py)
         code_extraction="lcb",
     ),
     "skywork": Profile(
@@ -175,6 +180,7 @@ PROFILE_TABLE: dict[str, Profile] = {
         # No output cap there either (its testing_util.py ``Capturing`` keeps all): the
         # server's maximum (output_cap), as lcb.
         output_bytes=None,
+        checkers=False,  # its copy of LiveCodeBench's judge compares exactly
         code_extraction="skywork",
         math_extraction="skywork",
     ),

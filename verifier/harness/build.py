@@ -1,11 +1,12 @@
 """Generates ``harness.py``, the one file shipped into the jail, from its parts.
 
-The harness is written as five modules with one job each (codec.py: the plain-data value codec;
+The harness is written as six modules with one job each (codec.py: the plain-data value codec;
 framing.py: messages and the authenticated record stream; control.py: process control;
-lcb_runner.py: LiveCodeBench's harness semantics for the lcb profile; runners.py: the three
-test runners and ``main``), and shipped as ONE file: the jail's
+lcb_runner.py: LiveCodeBench's harness semantics for the lcb profile; checker.py: a ground
+truth's checker program judging a sample's outputs; runners.py: the three test runners and
+``main``), and shipped as ONE file: the jail's
 interpreter loads one (pre-compiled) file at every sample's start-up instead of importing a
-package of five, and the program's process re-runs that same file (``harness --program``).
+package of six, and the program's process re-runs that same file (``harness --program``).
 
 ``harness.py`` is the parts concatenated in that order: runners.py's docstring, the
 standard-library imports of all parts once (sorted), then each part's code without its
@@ -23,7 +24,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PARTS = ("codec.py", "framing.py", "control.py", "lcb_runner.py", "runners.py")
+PARTS = ("codec.py", "framing.py", "control.py", "lcb_runner.py", "checker.py", "runners.py")
 DOC_PART = "runners.py"
 SHIPPED = HERE / "harness.py"
 

@@ -52,7 +52,8 @@ TEXT_CAP = 1000  # the longest string in a record header (details can hold the p
 
 _NONE = type(None)
 PAYLOAD_FIELDS = {
-    "mode": (str,),  # the runner: "stdio", "call" or "check" (asserts, LeetCode-style)
+    "mode": (str,),  # the runner: "stdio", "call", "check" (asserts, LeetCode-style) or
+    # "checker" (a ground truth's checker program judging a sample's outputs)
     "source": (str,),  # the program's text (compiled in the jail)
     "prefix": (str,),  # the profile's preamble + the ground truth's imports and helper classes
     "int_digits": (int, _NONE),  # sys.set_int_max_str_digits for the program (None: default)
@@ -72,6 +73,9 @@ PAYLOAD_MODE_FIELDS = {
     "stdio": {"inputs": (list,)},  # each test's stdin text
     "call": {"inputs": (list,), "fn_name": (str,)},  # each test's arguments; the function
     "check": {"units": (dict,)},  # the test code (ground_truth.Spec.units)
+    # a checker program (checker.py): per test [input, the program's stdout, the expected
+    # output, whether to self-check on a crash] (bytes, bytes, bytes, bool)
+    "checker": {"tests": (list,)},
 }
 
 

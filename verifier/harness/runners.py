@@ -45,9 +45,11 @@ What the program controls and what it does not:
   frames or rewrite its process's memory; the "raised" marker of stdin/stdout tests is written
   with references bound before the program started.
 
-The source is five modules: runners.py (the three test runners: stdin/stdout, call-based,
-assert/LeetCode; and ``main``), codec.py, framing.py, control.py and lcb_runner.py (the lcb
-profile's stdin/stdout and call-based tests, with LiveCodeBench's harness semantics). ``harness.py``, the one
+The source is six modules: runners.py (the three test runners: stdin/stdout, call-based,
+assert/LeetCode; and ``main``), codec.py, framing.py, control.py, lcb_runner.py (the lcb
+profile's stdin/stdout and call-based tests, with LiveCodeBench's harness semantics) and
+checker.py (mode "checker": a ground truth's checker program judging a sample's outputs, run in
+a jail of its own, never in the program's). ``harness.py``, the one
 file shipped into the jail, is generated from them (build.py).
 """
 
@@ -84,6 +86,7 @@ from .framing import (
     send_msg,
     write_all,
 )
+from .checker import run_checker
 from .lcb_runner import run_lcb
 
 
@@ -1249,8 +1252,10 @@ def main():
         kill_all()
         rep.emit({"type": "done"})
         return
+    mode = cfg["mode"]
     try:
-        code = compile(cfg["source"], "solution.py", "exec")
+        code = compile(cfg["source"], "checker.py" if mode == "checker" else "solution.py",
+                       "exec")
         prefix_code = (
             compile(cfg["prefix"], "import_prefix.py", "exec") if cfg["prefix"] else None
         )
@@ -1258,9 +1263,10 @@ def main():
         rep.emit({"type": "syntax", "detail": f"{type(e).__name__}: {e}"[:500]})
         rep.emit({"type": "done"})
         return
-    mode = cfg["mode"]
     if mode == "stdio":
         run_stdio(cfg, code, prefix_code, rep)
+    elif mode == "checker":
+        run_checker(cfg, code, rep)
     elif mode == "call":
         run_call(cfg, code, prefix_code, rep)
     elif mode == "check":

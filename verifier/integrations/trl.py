@@ -18,7 +18,9 @@ callable under ``getattr(f, "__name__", type(f).__name__)`` (trl/trainer/utils.p
 ``get_callable_name``), so the metric is ``rewards/<name>/mean``.
 
 The dataset carries the ground truth in a ``ground_truth`` column, and optionally ``domain``
-("math" or "code"; default: the ``domain`` argument) and ``data_source``. A verl/Skywork
+("math" or "code"; default: the ``domain`` argument), ``data_source`` and ``checker`` (a code
+problem's checker, docs/contracts.md 1, put into its ground truth; or carry it in the ground
+truth itself). A verl/Skywork
 parquet keeps it in ``reward_model.ground_truth`` (and the domain in ``ability``): map it once,
 
     dataset = dataset.map(lambda row: {"ground_truth": row["reward_model"]["ground_truth"],
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Mapping, Sequence
 
+from verifier.checkers import add_checker
 from verifier.client import ClientConfig, VerifierClient
 from verifier.integrations.common import (
     CONNECT_TIMEOUT_S,
@@ -128,15 +131,16 @@ class VerifierReward:
         ground_truths = _column(columns, "ground_truth", n)
         domains = _column(columns, "domain", n)
         sources = _column(columns, "data_source", n)
+        checkers = _column(columns, "checker", n)
         items: list[dict[str, Any]] = []
         local: dict[int, Result] = {}
         for i, completion in enumerate(completions):
             try:
                 response = completion_text(completion)
-            except ValueError as e:
+                gt = add_checker(plain(ground_truths[i]), plain(checkers[i]))
+            except ValueError as e:  # BadChecker is one: that completion's INVALID_INPUT
                 local[i] = Result.from_outcome(str(i), invalid(str(e)), Limits(), 0.0)
                 continue
-            gt = plain(ground_truths[i])
             item: dict[str, Any] = {
                 "id": str(i),
                 "domain": domain_of(domains[i] if domains[i] is not None else self.domain, gt),
