@@ -12,8 +12,13 @@ On a CUDA machine (docs/gpu.md), in a few minutes:
    and 4K tokens) on TorchBackend and DeepSpeed ZeRO-2 and ZeRO-3 on one GPU, gradient
    checkpointing on and off: tokens/s, model FLOPs utilization against the GPU's dense bf16 peak,
    peak memory;
-4. ``engine``: the HF engine's generation tokens/s (and vLLM's when it imports);
-5. ``trainer_run``: ``trainer run`` end to end in the math-only toy world (datasets/toyworld.py
+4. ``update_lengths``: the same model's update on long-tailed response lengths (issue 48:
+   lognormal, mean about 4K tokens, cut at 16K), today's row split (``micro_batch_size`` 2)
+   against token-budget packing (``max_tokens_per_micro_batch``, docs/magic.md "How a step is
+   split"), interleaved: MFU counting only useful (real) tokens, computed over useful tokens,
+   time per useful token, and the two splits' log-probs equal on the same weights;
+5. ``engine``: the HF engine's generation tokens/s (and vLLM's when it imports);
+6. ``trainer_run``: ``trainer run`` end to end in the math-only toy world (datasets/toyworld.py
    with ``--code-share 0``, a local verifier), 10 steps with a checkpoint and a ``--resume``,
    once per backend (torch, deepspeed ZeRO-3);
 
@@ -46,6 +51,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -60,7 +66,7 @@ if str(ROOT) not in sys.path:  # run as a script: make trainer/, verifier/ and t
     sys.path.insert(0, str(ROOT))
 
 SCHEMA = "gpu_check/1"
-PHASES = ("install", "numerics", "backends", "engine", "trainer_run")
+PHASES = ("install", "numerics", "backends", "update_lengths", "engine", "trainer_run")
 DOC_BEGIN = "<!-- gpu-check:{kind}:begin -->"
 DOC_END = "<!-- gpu-check:{kind}:end -->"
 
@@ -107,18 +113,23 @@ class Sizes:
     gen_n: int
     gen_tokens: int
     run_steps: int  # `trainer run` steps in all (a checkpoint, then --resume for the rest)
+    tail_rows: int = 32  # update_lengths: rows of one update
+    tail_median: int = 2900  # their response lengths: lognormal, this median, sigma 0.8 ...
+    tail_cut: int = 16384  # ... cut at this limit
 
 
 SIZES = {
     "cuda": Sizes(QWEN2_1_5B, prompt=256, lengths=(1024, 4096), tokens_per_micro_batch=16384,
                   micro_batches=2, repeats=2, gen_prompts=16, gen_n=4, gen_tokens=1024,
-                  run_steps=10),
+                  run_steps=10, tail_rows=32, tail_median=2900, tail_cut=16384),
     "cpu": Sizes(None, prompt=16, lengths=(32, 96), tokens_per_micro_batch=256, micro_batches=2,
-                 repeats=2, gen_prompts=4, gen_n=4, gen_tokens=32, run_steps=3),
+                 repeats=2, gen_prompts=4, gen_n=4, gen_tokens=32, run_steps=3, tail_rows=16,
+                 tail_median=48, tail_cut=160),
     "quick": Sizes({"hidden_size": 32, "layers": 1, "heads": 2, "kv_heads": 1,
                     "intermediate_size": 64},
                    prompt=8, lengths=(16,), tokens_per_micro_batch=48, micro_batches=2,
-                   repeats=1, gen_prompts=2, gen_n=2, gen_tokens=8, run_steps=3),
+                   repeats=1, gen_prompts=2, gen_n=2, gen_tokens=8, run_steps=3, tail_rows=8,
+                   tail_median=12, tail_cut=40),
 }
 
 
@@ -547,10 +558,7 @@ def phase_backends(ctx: Context) -> dict[str, Any]:
 
     model = ctx.bench_model()
     cfg = AutoConfig.from_pretrained(str(model))
-    with torch.device("meta"):
-        from transformers import AutoModelForCausalLM
-
-        n_params = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())
+    n_params = _parameters(cfg)
     data: dict[str, Any] = {
         "model": {"hidden_size": cfg.hidden_size, "layers": cfg.num_hidden_layers,
                   "heads": cfg.num_attention_heads, "kv_heads": cfg.num_key_value_heads,
@@ -561,16 +569,7 @@ def phase_backends(ctx: Context) -> dict[str, Any]:
         "loss": "on-policy MAGIC update (old log-probs from the training forward), entropy "
                 "as a detached metric (entropy_coef 0), one AdamW step",
     }
-    if ctx.cuda:
-        name = torch.cuda.get_device_name()
-        peak, source = peak_tflops(name, ctx.args.peak_tflops)
-        data["peak_tflops"], data["peak_source"] = peak, source
-        data["mfu_formula"] = ("6 x parameters x tokens/s / peak (the 6N rule: attention "
-                               "scores and gradient-checkpointing recompute not counted)")
-    else:
-        peak = None
-        data["mfu"] = ("not reported: no GPU, so no bf16 tensor-core peak to divide by (a CPU "
-                       "float32 MFU would say nothing about the GPU path)")
+    peak = _mfu_peak(ctx, data)
     results: dict[str, Any] = {}
     problems = []
     for name, config in _bench_configs(ctx):
@@ -587,6 +586,125 @@ def phase_backends(ctx: Context) -> dict[str, Any]:
     data["results"] = results
     if problems:
         raise CheckFailed("; ".join(problems), data)
+    return data
+
+
+def _parameters(cfg: Any) -> int:
+    """Parameters of the model ``cfg`` describes (built on the meta device: no memory)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())
+
+
+def _mfu_peak(ctx: Context, data: dict[str, Any]) -> float | None:
+    """The bf16 peak MFU divides by (CUDA only; None on the CPU), with its source and the
+    formula written into ``data``."""
+    if not ctx.cuda:
+        data["mfu"] = ("not reported: no GPU, so no bf16 tensor-core peak to divide by (a CPU "
+                       "float32 MFU would say nothing about the GPU path)")
+        return None
+    import torch
+
+    peak, source = peak_tflops(torch.cuda.get_device_name(), ctx.args.peak_tflops)
+    data["peak_tflops"], data["peak_source"] = peak, source
+    data["mfu_formula"] = ("6 x parameters x tokens/s / peak (the 6N rule: attention "
+                           "scores and gradient-checkpointing recompute not counted)")
+    return peak
+
+
+# ---------------------------------------------------------------------------------------------
+# Phase 3b: the update at real response lengths
+# ---------------------------------------------------------------------------------------------
+
+def tail_batch(vocab: int, s: Sizes, seed: int = 0):
+    """``s.tail_rows`` rows of ``s.prompt`` prompt tokens and long-tailed response lengths
+    (:func:`trainer.backends.packing.lognormal_lengths`: median ``s.tail_median``, sigma 0.8,
+    cut at ``s.tail_cut``), right-padded; advantages of mixed sign. (TokenBatch, adv [rows])."""
+    import torch
+
+    from trainer.backends.packing import lognormal_lengths
+    from trainer.interfaces import Completion, TokenBatch
+
+    g = torch.Generator().manual_seed(seed)
+    comps = [Completion(i, 0, torch.randint(4, vocab, (s.prompt,), generator=g).tolist(),
+                        torch.randint(4, vocab, (n,), generator=g).tolist(), "", n >= s.tail_cut)
+             for i, n in enumerate(lognormal_lengths(s.tail_rows, s.tail_median, 0.8,
+                                                     s.tail_cut, seed))]
+    return TokenBatch.from_completions(comps, pad_id=0), torch.randn(s.tail_rows, generator=g)
+
+
+def phase_update_lengths(ctx: Context) -> dict[str, Any]:
+    """One on-policy update on long-tailed response lengths (issue 48: the 1.5B shape on CUDA,
+    mean about 4K tokens, cut at 16K), today's row split (``micro_batch_size`` 2) against
+    token-budget packing (budget: the row split's largest micro-batch, 2 x (prompt + cut)),
+    interleaved: seconds, useful tokens/s (real prompt + response tokens only), computed over
+    useful tokens, and MFU counting useful tokens only (CUDA). Checks the two give the same
+    update (grad norm, entropy)."""
+    import torch
+    from transformers import AutoConfig
+
+    from trainer.backends import BackendConfig, create_backend
+    from trainer.interfaces import LossSettings, UpdatePlan
+
+    s = ctx.sizes
+    model = ctx.bench_model()
+    cfg = AutoConfig.from_pretrained(str(model))
+    n_params = _parameters(cfg)
+    batch, adv = tail_batch(cfg.vocab_size, s)
+    useful = int(batch.attention_mask.sum())
+    budget = 2 * (s.prompt + s.tail_cut)
+    data: dict[str, Any] = {
+        "rows": s.tail_rows, "prompt_tokens": s.prompt, "useful_tokens": useful,
+        "mean_response_tokens": (useful - s.tail_rows * s.prompt) / s.tail_rows,
+        "response_limit": s.tail_cut, "cut_rows": int(sum(
+            int(batch.response_mask[i].sum()) >= s.tail_cut for i in range(len(batch)))),
+        "row_split_micro_batch_size": 2, "max_tokens_per_micro_batch": budget,
+        "dtype": "bfloat16" if ctx.cuda else "float32", "gradient_checkpointing": ctx.cuda}
+    peak = _mfu_peak(ctx, data)
+    config = BackendConfig(dtype=data["dtype"], gradient_checkpointing=ctx.cuda, compile="off")
+    backend = create_backend(config, model)
+    plans = {"row_split": UpdatePlan([torch.arange(len(batch))], 2),
+             "packed": UpdatePlan([torch.arange(len(batch))], 10**6, budget)}
+    loss = LossSettings(clip_low=0.2, clip_high=0.28)
+    seconds: dict[str, list[float]] = {k: [] for k in plans}
+    metrics: dict[str, dict[str, float]] = {}
+    try:
+        # Same weights, both splits: the log-probs agree (float32: to rounding; bf16: to its
+        # precision, as a mean), else packing is wrong here (a row seeing another, say).
+        padded = backend.logprobs(batch, 2, response_only=True)[batch.response_mask]  # [n]
+        packed = backend.logprobs(batch, 2, response_only=True,
+                                  max_tokens_per_micro_batch=budget)[batch.response_mask]
+        diff = (packed - padded).abs()  # [n]
+        data["logprob_abs_diff"] = {"max": float(diff.max()), "mean": float(diff.mean())}
+        if not (float(diff.mean()) <= 0.02 if ctx.cuda else float(diff.max()) <= 1e-4):
+            raise CheckFailed(f"packed and row-split log-probs differ: {data['logprob_abs_diff']}",
+                              data)
+        for k, plan in plans.items():  # warm-up, and the update both must equal
+            metrics[k] = backend.update(batch, None, adv, plan, loss)
+        for r in range(s.repeats):
+            for k in (list(plans) if r % 2 == 0 else list(plans)[::-1]):  # interleaved
+                _release()
+                _sync()
+                t0 = time.perf_counter()
+                backend.update(batch, None, adv, plans[k], loss)
+                _sync()
+                seconds[k].append(time.perf_counter() - t0)
+    finally:
+        backend.close()
+        del backend
+        _release()
+    out: dict[str, Any] = {}
+    for k in plans:
+        sec = statistics.median(seconds[k])
+        out[k] = {"seconds_per_update": sec, "useful_tokens_per_s": useful / sec,
+                  "computed_over_useful": metrics[k]["update/computed_over_real_tokens"]}
+        if peak:
+            out[k]["mfu_useful"] = 6.0 * n_params * useful / sec / (peak * 1e12)
+    data["results"] = out
+    data["time_per_useful_token_ratio"] = (out["packed"]["seconds_per_update"]
+                                           / out["row_split"]["seconds_per_update"])
     return data
 
 
@@ -897,6 +1015,21 @@ def doc_section(report: dict[str, Any]) -> str:
         if best:
             lines.append(f"Best MFU at {longest} response tokens: {best[0]:.3f} ({best[1]}; "
                          "the goal in docs/gpu.md: 0.35).")
+    ul = report["phases"].get("update_lengths", {})
+    if ul.get("results"):
+        lines += ["", f"Update at real lengths ({ul['rows']} rows, mean response "
+                      f"{ul['mean_response_tokens']:,.0f} tokens, cut at {ul['response_limit']:,}"
+                      f" ({ul['cut_rows']} rows), {ul['dtype']}; useful tokens: real prompt + "
+                      "response):", "",
+                  "| split | seconds | useful tokens/s | computed / useful | MFU (useful) |",
+                  "|---|---|---|---|---|"]
+        for name, r in ul["results"].items():
+            lines.append(f"| {name} | {r['seconds_per_update']:.3f} | "
+                         f"{r['useful_tokens_per_s']:,.0f} | {r['computed_over_useful']:.3f} | "
+                         f"{_fmt(r.get('mfu_useful'), '.3f')} |")
+        lines.append(f"\nPacked over row split, time per useful token: "
+                     f"{ul['time_per_useful_token_ratio']:.3f} (the goal in issue 48: 0.7 or less;"
+                     " useful-token MFU 0.35, goal 0.40).")
     eng = report["phases"].get("engine", {})
     if eng.get("hf"):
         h = eng["hf"]
@@ -966,7 +1099,8 @@ def run_phase(name: str, fn: Callable[[Context], dict[str, Any]], ctx: Context,
 
 FUNCTIONS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "install": phase_install, "numerics": phase_numerics, "backends": phase_backends,
-    "engine": phase_engine, "trainer_run": phase_trainer_run,
+    "update_lengths": phase_update_lengths, "engine": phase_engine,
+    "trainer_run": phase_trainer_run,
 }
 
 

@@ -13,6 +13,11 @@ backend that keeps a reference policy, applies two one-mini-batch updates with a
 rows, and writes both updates' metrics and, under ZeRO-3, the shard shapes of the reference's
 and the policy's parameters to ``OUT/kl{N}_rank{R}.pt``.
 
+With ``--packed`` it runs the token-budget test instead (trainer/backends/packing.py): for each
+stage, the uneven shares above packed into micro-batches of ``BUDGET`` tokens
+(``OUT/packed{N}.pt``), then the rows dealt out again to balance tokens over the ranks
+(``packing.rebalance``, old log-probs recomputed after it: ``OUT/balanced{N}.pt``).
+
 Importable without side effects: the test imports the data from here.
 """
 
@@ -46,6 +51,9 @@ MICRO_BATCH_SIZE = 2
 KL_CONFIG = BackendConfig(keep_reference=True)
 KL_OPTIMIZER = OptimizerConfig(lr=1e-3)
 KL_LOSS = LossSettings(clip_low=0.2, clip_high=0.28, kl_coef=0.1)
+
+#: Token budget of the packed test: 14 tokens hold one or two rows of make_batch's (5-13 tokens).
+BUDGET = 14
 
 # Global mini-batches (rows of the whole batch) and each rank's share of them.
 MINIBATCHES = ([0, 1, 2, 3], [4, 5, 6, 7])
@@ -140,17 +148,50 @@ def _run_kl(model: Path, out: Path, stage: int) -> None:
     backend.close()
 
 
+def _run_packed(model: Path, out: Path, stage: int) -> None:
+    from trainer.backends.deepspeed_backend import DeepSpeedBackend
+    from trainer.backends.packing import rank_rows as share_of, rebalance
+
+    backend = DeepSpeedBackend(BackendConfig(kind="deepspeed", zero_stage=stage), model, LINEAR)
+    batch, offset, advantages = make_batch()
+    rows = rank_rows(backend.rank)
+    local = batch.select(rows)
+    plan = dataclasses.replace(rank_plan(backend.rank), max_tokens_per_micro_batch=BUDGET)
+    old = backend.logprobs(local, MICRO_BATCH_SIZE, max_tokens_per_micro_batch=BUDGET)
+    metrics = backend.update(local, old + offset[rows], advantages[rows], plan, LOSS)
+    weights = {n: t.cpu() for n, t in backend.named_weights()}  # every rank iterates (gather)
+    if backend.rank == 0:
+        torch.save({"weights": weights, "metrics": metrics}, out / f"packed{stage}.pt")
+    backend.close()
+
+    backend = DeepSpeedBackend(BackendConfig(kind="deepspeed", zero_stage=stage), model, LINEAR)
+    mine, adv, minibatches = rebalance(
+        dist.gather(share_of(local, advantages[rows], rank_plan(backend.rank).minibatches)),
+        backend.rank, PAD_ID)
+    plan = UpdatePlan(minibatches, MICRO_BATCH_SIZE, BUDGET)
+    old = backend.logprobs(mine, MICRO_BATCH_SIZE, max_tokens_per_micro_batch=BUDGET)
+    metrics = backend.update(mine, old, adv, plan, LOSS)
+    weights = {n: t.cpu() for n, t in backend.named_weights()}
+    tokens = int(mine.attention_mask[torch.cat(minibatches)].sum())
+    if backend.rank == 0:
+        torch.save({"weights": weights, "metrics": metrics}, out / f"balanced{stage}.pt")
+    torch.save(tokens, out / f"balanced{stage}_tokens{backend.rank}.pt")
+    backend.close()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--stages", type=int, nargs="+", default=[0, 2, 3])
     parser.add_argument("--kl", action="store_true", help="run the KL reference test")
+    parser.add_argument("--packed", action="store_true", help="run the token-budget test")
     parser.add_argument("--local_rank", type=int, default=0)  # added by the deepspeed launcher
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     for stage in args.stages:
-        (_run_kl if args.kl else _run_stage)(args.model, args.out, stage)
+        run = _run_kl if args.kl else _run_packed if args.packed else _run_stage
+        run(args.model, args.out, stage)
     dist.shutdown()  # both ranks finished writing; the groups freed before finalization
 
 

@@ -48,7 +48,7 @@ def test_cpu_form_runs_every_phase_and_says_no_gpu_was_used(cpu_check) -> None:
     phases = report["phases"]
     assert set(phases) == set(gpu_check.PHASES)
     assert phases["install"]["status"] == "skipped" and "no GPU" in phases["install"]["reason"]
-    for name in ("numerics", "backends", "engine", "trainer_run"):
+    for name in ("numerics", "backends", "update_lengths", "engine", "trainer_run"):
         assert phases[name]["status"] == "passed", (name, phases[name].get("error"))
 
     # numerics: fp32 against trainer/reference_step.py, bf16 against fp32, within tolerance
@@ -72,6 +72,15 @@ def test_cpu_form_runs_every_phase_and_says_no_gpu_was_used(cpu_check) -> None:
             assert row["tokens_per_s"] > 0 and row["peak_memory_gib"] > 0
             assert "mfu" not in row
     assert "not reported" in phases["backends"]["mfu"]
+
+    # update_lengths: long-tailed rows, packed against the row split on the same weights
+    ul = phases["update_lengths"]
+    assert ul["status"] == "passed", ul.get("error")
+    assert ul["logprob_abs_diff"]["max"] <= 1e-4 and ul["cut_rows"] >= 1
+    assert ul["results"]["packed"]["computed_over_useful"] == 1.0
+    assert ul["results"]["row_split"]["computed_over_useful"] > 1.0
+    assert ul["time_per_useful_token_ratio"] > 0 and "mfu_useful" not in ul["results"]["packed"]
+    assert "Update at real lengths" in doc.read_text()
 
     engine = phases["engine"]
     assert engine["hf"]["tokens_per_s"] > 0 and engine["hf"]["generated_tokens"] > 0
@@ -119,6 +128,8 @@ def test_peak_table_and_mfu_inputs() -> None:
     assert gpu_check.peak_tflops("Some Future GPU", 500.0) == (500.0, "--peak-tflops")
     assert gpu_check.SIZES["cuda"].model == gpu_check.QWEN2_1_5B
     assert max(gpu_check.SIZES["cuda"].lengths) >= 4096 and gpu_check.SIZES["cuda"].run_steps >= 10
+    cuda = gpu_check.SIZES["cuda"]  # issue 48: mean about 4K, cut at 16K
+    assert cuda.tail_cut == 16384 and 3500 <= cuda.tail_median * 1.377 <= 4500
 
 
 def test_committed_doc_says_where_its_numbers_come_from() -> None:

@@ -198,7 +198,23 @@ class RunConfig:
     keep_checkpoints: int = 2
     """Step checkpoints kept on disk (older ones are deleted; stage-end ones are kept)."""
     micro_batch_size: int = 8
-    """Sequences per forward/backward pass (gradient accumulation inside a mini-batch)."""
+    """Sequences per forward/backward pass (gradient accumulation inside a mini-batch); with
+    ``max_tokens_per_micro_batch`` set, the most rows one packed micro-batch may hold."""
+    max_tokens_per_micro_batch: int | None = None
+    """Token budget of one micro-batch, tokens, prompt included (docs/magic.md "How a step is
+    split"). Set: each mini-batch's rows are packed by length (first-fit decreasing) into
+    micro-batches of at most this many tokens (and ``micro_batch_size`` rows), each run as one
+    padding-free sequence (per-row positions, attention never crossing rows), for the update
+    and the old/reference log-prob forwards; with several ranks the rows are dealt out so that
+    every rank holds about the same number of tokens. A row longer than the budget is trained
+    alone (counted in ``update/oversized_rows``), never dropped or cut. The loss, its gradient
+    and every metric are those of the row split (within float rounding). How to choose it:
+    the row split's largest micro-batch is ``micro_batch_size`` x (max_prompt_length + the
+    last stage's max_response_length) tokens, so that product keeps the peak memory you
+    already fit (the recipes' choice; ``micro_batch_size`` then only caps rows), and a budget
+    of at least max_prompt_length + max_response_length never trains a row alone. Must
+    exceed magic.max_prompt_length. Default None: micro-batches of ``micro_batch_size``
+    padded rows (today's split: the demo's numbers bit for bit)."""
     torch_threads: int = 0
     """Intra-op CPU threads of the trainer process (0: torch's default). On a small CPU
     machine shared with the local verifier's workers, 1 avoids oversubscription (it made
@@ -255,6 +271,14 @@ class RunConfig:
             raise ValueError(f"verifier.client: {e}") from None
         if self.micro_batch_size < 1:
             raise ValueError("micro_batch_size must be >= 1")
+        budget, prompt = self.max_tokens_per_micro_batch, self.magic.max_prompt_length
+        if budget is not None and budget < 1:
+            raise ValueError("max_tokens_per_micro_batch must be >= 1 tokens (or null: "
+                             f"micro-batches of micro_batch_size rows), got {budget}")
+        if budget is not None and budget <= prompt:
+            raise ValueError(f"max_tokens_per_micro_batch ({budget}) must exceed "
+                             f"magic.max_prompt_length ({prompt}): a micro-batch holds a "
+                             "prompt and at least one response token")
         if self.log.samples_every < 0 or self.log.samples_prompts < 1:
             raise ValueError("log.samples_every must be >= 0 and log.samples_prompts >= 1, got "
                              f"{self.log.samples_every} and {self.log.samples_prompts}")

@@ -149,7 +149,11 @@ class UpdatePlan:
     minibatches: list[torch.Tensor]  # each [b] long
     micro_batch_size: int
     """Rows per forward/backward pass (gradient accumulation inside a mini-batch): a run's
-    ``micro_batch_size`` (trainer/config.py RunConfig, its one home)."""
+    ``micro_batch_size`` (trainer/config.py RunConfig, its one home); with a token budget,
+    the most rows of one packed micro-batch."""
+    max_tokens_per_micro_batch: int | None = None
+    """Tokens (prompt included) per packed, padding-free micro-batch, or None: micro-batches
+    of ``micro_batch_size`` padded rows. A run's ``max_tokens_per_micro_batch`` (RunConfig)."""
 
 
 class TrainingBackend(Protocol):
@@ -159,11 +163,13 @@ class TrainingBackend(Protocol):
     world_size: int
 
     def logprobs(self, batch: TokenBatch, micro_batch_size: int, *,
-                 response_only: bool = False, temperature: float = 1.0) -> torch.Tensor:
+                 response_only: bool = False, temperature: float = 1.0,
+                 max_tokens_per_micro_batch: int | None = None) -> torch.Tensor:
         """log pi(target) for every target token, no grad: ``[B, L-1]`` float32 (padding
         positions hold 0). Used for the old (rollout-policy) log-probs. ``response_only``:
         only the response targets are computed, the others hold 0. ``temperature``: of
-        ``softmax(logits / temperature)``, the rollout distribution (LossSettings)."""
+        ``softmax(logits / temperature)``, the rollout distribution (LossSettings).
+        ``max_tokens_per_micro_batch``: packed token-budget micro-batches (UpdatePlan)."""
         ...
 
     def update(self, batch: TokenBatch, old_logprobs: torch.Tensor | None,
@@ -179,8 +185,9 @@ class TrainingBackend(Protocol):
         merged over the mini-batches: ``losses/policy``, ``losses/clipfrac``,
         ``losses/clipfrac_low``, ``losses/clipfrac_high``, ``losses/approx_kl``,
         ``losses/entropy_bonus``, ``entropy`` (token-mean entropy of the full next-token
-        distribution over response tokens), ``grad_norm``, ``lr``, and ``losses/kl`` when there
-        is a reference."""
+        distribution over response tokens), ``grad_norm``, ``lr``, the work counters
+        ``update/computed_over_real_tokens`` and ``update/oversized_rows``, and ``losses/kl``
+        when there is a reference."""
         ...
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:

@@ -30,7 +30,7 @@ import yaml
 
 from trainer import dist, magic
 from trainer import metric_names as mn
-from trainer.backends import OptimizerConfig, create_backend
+from trainer.backends import OptimizerConfig, create_backend, packing
 from trainer.backends.reference_memory import check_reference_memory
 from trainer.config import RunConfig
 from trainer.data import Problem, PromptSampler, load_problems
@@ -384,20 +384,29 @@ class Trainer:
         batch_rows = rows if rows.numel() else torch.zeros(1, dtype=torch.long)
         batch = TokenBatch.from_completions([rollout.completions[i] for i in batch_rows.tolist()],
                                             self.tokenizer.pad_token_id)
+        gen = torch.Generator().manual_seed(_seed(cfg, step, 1) + self.rank)
+        minibatches = [response_indices(p, G) for p in self.off_policy.minibatches(
+            len(kept_prompts), gen, keep_empty=self.world > 1)]
+        advantages = scored.advantages[batch_rows]  # [B], group advantages computed above
+        budget = cfg.max_tokens_per_micro_batch
+        if budget is not None and self.world > 1:
+            # Collective (all-gather of every rank's kept rows): each mini-batch's rows are
+            # dealt out again so that every rank computes about the same number of tokens.
+            batch, advantages, minibatches = packing.rebalance(
+                dist.gather(packing.rank_rows(batch, advantages, minibatches)), self.rank,
+                self.tokenizer.pad_token_id)
         # On-policy (N_SGD = 1: one mini-batch, one step) the old policy is the current one:
         # the update takes the detached log-probs of its own forward (ratio exactly 1) and
         # the separate no-grad pass is skipped. A config property, so the same on every rank.
         old_logprobs = (None if self.off_policy.is_on_policy else
                         self.backend.logprobs(batch, cfg.micro_batch_size, response_only=True,
-                                              temperature=m.temperature))  # [B, T]
-        gen = torch.Generator().manual_seed(_seed(cfg, step, 1) + self.rank)
-        minibatches = [response_indices(p, G) for p in self.off_policy.minibatches(
-            len(kept_prompts), gen, keep_empty=self.world > 1)]
+                                              temperature=m.temperature,
+                                              max_tokens_per_micro_batch=budget))  # [B, T]
         loss = LossSettings(clip_low=m.clip_low, clip_high=m.clip_high, entropy_coef=coef,
                             kl_coef=m.kl_coef, kl_estimator=m.kl_estimator,
                             temperature=m.temperature)
-        metrics = self.backend.update(batch, old_logprobs, scored.advantages[batch_rows],
-                                      UpdatePlan(minibatches, cfg.micro_batch_size), loss)
+        metrics = self.backend.update(batch, old_logprobs, advantages,
+                                      UpdatePlan(minibatches, cfg.micro_batch_size, budget), loss)
         metrics[mn.ENTROPY_COEF] = coef
         metrics[mn.ENTROPY_NEXT_COEF] = self.controller.update(metrics[mn.ENTROPY])
         return metrics

@@ -51,6 +51,8 @@ GRAD_NORM = "grad_norm"
 GRAD_NORM_MAX = "grad_norm/max"
 OPTIMIZER_STEPS = "optimizer_steps"
 LR = "lr"
+UPDATE_COMPUTED_OVER_REAL = "update/computed_over_real_tokens"
+UPDATE_OVERSIZED_ROWS = "update/oversized_rows"
 
 # -- timing -------------------------------------------------------------------------------------
 TIME_GENERATE = "time/generate"
@@ -122,6 +124,10 @@ METRICS: dict[str, str] = {
     GRAD_NORM_MAX: "largest of those norms",
     OPTIMIZER_STEPS: "optimizer steps taken (N_SGD)",
     LR: "the learning rate",
+    UPDATE_COMPUTED_OVER_REAL: "tokens the update's forward/backward computed (padding included) "
+                               "over the real tokens of its rows",
+    UPDATE_OVERSIZED_ROWS: "rows longer than max_tokens_per_micro_batch, each trained alone "
+                           "(once per mini-batch holding it)",
     TIME_GENERATE: "seconds generating",
     TIME_VERIFY_WAIT: "seconds waiting for rewards after generation ended",
     TIME_UPDATE: "seconds in the update",

@@ -31,17 +31,20 @@ from .. import metric_names as mn
 from ..hf_utils import CheckpointError
 from ..interfaces import LossSettings, TokenBatch, UpdatePlan
 from . import BackendConfig, OptimizerConfig
+from .packing import oversized_rows, pack_rows, token_budget_micro_batches, use_packed_attention
 
 EntropyGrad = Literal["none", "detached", "grad"]
 """How a forward pass computes the entropy: not at all, detached (a metric), or with its
 gradient (the entropy bonus is in the loss). Not MAGIC's entropy_mode (the controller's)."""
-ForwardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+ForwardFn = Callable[..., torch.Tensor]
+"""``(input_ids, attention_mask, **model_kwargs) -> logits``."""
 
 #: The metric keys ``update`` always returns (``TrainingBackend.update`` docstring), besides
 #: everything :func:`trainer.magic.magic_loss` reports.
 UPDATE_METRIC_KEYS = (
     mn.LOSS_POLICY, mn.LOSS_CLIPFRAC, mn.LOSS_CLIPFRAC_LOW, mn.LOSS_CLIPFRAC_HIGH,
     mn.LOSS_APPROX_KL, mn.LOSS_ENTROPY_BONUS, mn.ENTROPY, mn.ENTROPY_ROLLOUT, mn.GRAD_NORM, mn.LR,
+    mn.UPDATE_COMPUTED_OVER_REAL, mn.UPDATE_OVERSIZED_ROWS,
 )
 
 
@@ -56,6 +59,8 @@ def load_causal_lm(path: str | Path, dtype: torch.dtype = torch.float32) -> Any:
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     model.config.use_cache = False
     disable_dropout(model)
+    # Packed micro-batches (max_tokens_per_micro_batch) run row by row; unpacked ones as before.
+    use_packed_attention(model)
     return model
 
 
@@ -113,20 +118,36 @@ class SplitForward:
     """A causal LM's forward split at its output layer, so that the vocabulary projection runs
     only where a statistic is wanted (docs/magic.md "Output layer on response tokens only").
 
-    ``body(input_ids [b, l], attention_mask [b, l], keep)`` returns the features of the LAST
-    ``keep`` positions, ``[b, keep, D]``; ``head`` maps selected features ``[n, D]`` to logits
-    ``[n, V]``. With ``head`` None the body's features ARE the logits (``D = V``): a backend
-    that cannot split its model (ZeRO-3, whose hooks gather parameters per module call) still
-    saves the logits of the leading positions no row needs (HF's ``logits_to_keep``).
+    ``body(input_ids [b, l], attention_mask [b, l], keep, **model_kwargs)`` returns the
+    features of the LAST ``keep`` positions, ``[b, keep, D]``, or, when ``keep`` is a 1-D
+    index tensor ``[n]``, of those positions, ``[b, n, D]`` (a packed sequence, whose
+    ``model_kwargs`` are :meth:`packing.PackedRows.model_kwargs`). ``head`` maps selected
+    features ``[n, D]`` to logits ``[n, V]``. With ``head`` None the body's features ARE the
+    logits (``D = V``): a backend that cannot split its model (ZeRO-3, whose hooks gather
+    parameters per module call) still saves the logits of the positions no row needs (HF's
+    ``logits_to_keep``).
     """
 
-    body: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+    body: Callable[..., torch.Tensor]
     head: Callable[[torch.Tensor], torch.Tensor] | None = None
 
 
+Keep = int | torch.Tensor
+"""Which positions a :class:`SplitForward` body returns: the last ``int`` ones, or an index
+tensor ``[n]`` of them."""
+
+
+def keep_positions(h: torch.Tensor, keep: Keep) -> torch.Tensor:
+    """``h[:, positions]`` for a :data:`Keep`. [b, l, D] -> [b, keep or n, D]."""
+    return h[:, keep] if isinstance(keep, torch.Tensor) else h[:, h.shape[1] - keep:]
+
+
 def logits_forward(forward: ForwardFn) -> SplitForward:
-    """A :class:`SplitForward` over a plain ``(input_ids, attention_mask) -> logits`` call."""
-    return SplitForward(lambda ids, attn, keep: forward(ids, attn)[:, ids.shape[1] - keep:])
+    """A :class:`SplitForward` over a plain ``(input_ids, attention_mask) -> logits`` call
+    (which takes the packed rows' model keywords, ``position_ids`` and ``cu_seq_lens_q``,
+    when packed rows are asked for)."""
+    return SplitForward(lambda ids, attn, keep, **model_kwargs: keep_positions(
+        forward(ids, attn, **model_kwargs), keep))
 
 
 def split_causal_lm(model: Any, autocast: Callable[[], Any] = contextlib.nullcontext,
@@ -144,10 +165,12 @@ def split_causal_lm(model: Any, autocast: Callable[[], Any] = contextlib.nullcon
                                                                "logit_scale")):
         return None
 
-    def body(ids: torch.Tensor, attn: torch.Tensor, keep: int) -> torch.Tensor:
+    def body(ids: torch.Tensor, attn: torch.Tensor, keep: Keep,
+             **model_kwargs: Any) -> torch.Tensor:
         with autocast():
-            h = base(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
-        return h[:, h.shape[1] - keep:]  # [b, keep, D]
+            h = base(input_ids=ids, attention_mask=attn, use_cache=False,
+                     **model_kwargs).last_hidden_state
+        return keep_positions(h, keep)  # [b, keep, D]
 
     def project(h: torch.Tensor) -> torch.Tensor:
         with autocast():
@@ -311,8 +334,54 @@ def token_stats(forward: ForwardFn | SplitForward, input_ids: torch.Tensor,
     sel = F.pad(want[:, first:], (0, 1))  # [b, keep]; the last position has no target
     feats = states[sel]  # [n, D], row-major like want's True entries
     targets = ids[:, 1:][want]  # [n]
+    full = F.pad(want, (0, L - length))  # [b, L-1]
+    return _stats_at(split, feats, targets, states[:1, -1], full, entropy=entropy,
+                     chunk_size=chunk_size, temperature=temperature, compiled=compiled)
+
+
+def packed_token_stats(forward: ForwardFn | SplitForward, input_ids: torch.Tensor,
+                       attention_mask: torch.Tensor, *, positions: torch.Tensor | None = None,
+                       entropy: EntropyGrad = "none", chunk_size: int = 1024,
+                       temperature: float = 1.0,
+                       compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`token_stats` without padding: the rows run as ONE sequence (packing.pack_rows:
+    per-row position ids, attention that never crosses rows), so the model computes exactly
+    the rows' real tokens, and the output layer only the wanted (response) positions. The
+    model must run packed attention (:func:`packing.use_packed_attention`, which both backends
+    install): any other attention would let a row see the rows packed before it.
+
+    Same arguments and results as :func:`token_stats` (``[b, L-1]`` log-probs and entropy, 0
+    where not wanted); equal to it within float rounding (tests/test_packing.py), and a row's
+    results do not depend on the other rows' tokens.
+    """
+    if entropy not in ("none", "detached", "grad"):
+        raise ValueError(f"entropy must be 'none', 'detached' or 'grad', got {entropy!r}")
+    split = forward if isinstance(forward, SplitForward) else logits_forward(forward)
+    packed = pack_rows(input_ids, attention_mask, positions)
+    S = packed.input_ids.shape[1]
+    ids = packed.input_ids.to(input_ids.device)  # [1, S]
+    # A micro-batch with no wanted target still computes the last position (the graph).
+    index = packed.index if packed.index.numel() else torch.tensor([S - 1])  # [n]
+    # All ones: transformers then builds no [S, S] mask; the rows are kept apart by the
+    # model's packed attention (packing.use_packed_attention), which reads cu_seq_lens_q.
+    ones = torch.ones_like(ids)  # [1, S]
+    feats = split.body(ids, ones, index.to(ids.device),
+                       **packed.model_kwargs(ids.device))[0]  # [n, D]
+    return _stats_at(split, feats[:packed.index.numel()], packed.targets.to(ids.device),
+                     feats[-1:], packed.wanted, entropy=entropy, chunk_size=chunk_size,
+                     temperature=temperature, compiled=compiled)
+
+
+def _stats_at(split: SplitForward, feats: torch.Tensor, targets: torch.Tensor,
+              tie: torch.Tensor, full: torch.Tensor, *, entropy: EntropyGrad,
+              chunk_size: int, temperature: float,
+              compiled: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The output layer on the wanted positions' features ``feats`` [n, D] (targets [n]),
+    ``chunk_size`` at a time (each checkpointed when grad is needed and there is more than one
+    chunk), scattered into the wanted entries ``full`` [b, L-1] of zero tensors.
+    ``tie`` [1, D]: features that keep a graph through every parameter when n = 0."""
     n = int(targets.numel())
-    grad = torch.is_grad_enabled() and states.requires_grad
+    grad = torch.is_grad_enabled() and (feats.requires_grad or tie.requires_grad)
     checkpoint = grad and n > chunk_size
     stats = compiled_head_stats() if compiled else _head_stats
     parts: list[tuple[torch.Tensor, ...]] = []
@@ -321,14 +390,14 @@ def token_stats(forward: ForwardFn | SplitForward, input_ids: torch.Tensor,
                 split.head, entropy, temperature)
         parts.append(torch.utils.checkpoint.checkpoint(stats, *args, use_reentrant=False)
                      if checkpoint else stats(*args))
-    full = F.pad(want, (0, L - length))  # [b, L-1]
-    zeros = torch.zeros(full.shape, dtype=torch.float32, device=states.device)  # [b, L-1]
+    full = full.to(tie.device)
+    zeros = torch.zeros(full.shape, dtype=torch.float32, device=tie.device)  # [b, L-1]
     if n == 0:
         # Why: a micro-batch with no wanted target (e.g. a token-free padding micro-batch)
         # must still have a graph through every parameter, head included: under ZeRO 2/3 each
         # rank's backward runs the same gradient reductions, whatever its data.
-        tie = (split.head(states[:1, -1]) if split.head is not None else states[:1, -1])
-        zeros = zeros + 0.0 * tie.float().sum()
+        out = split.head(tie) if split.head is not None else tie  # [1, V]
+        zeros = zeros + 0.0 * out.float().sum()
         return zeros, (zeros if entropy != "none" else None)
     lp = zeros.masked_scatter(full, torch.cat([p[0] for p in parts]))  # [b, L-1]
     ent = None
@@ -342,6 +411,24 @@ def split_rows(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
     if size < 1:
         raise ValueError(f"micro_batch_size must be >= 1, got {size}")
     return [rows[i:i + size] for i in range(0, rows.numel(), size)]
+
+
+def micro_batches(rows: torch.Tensor, lengths: torch.Tensor, micro_batch_size: int,
+                  max_tokens: int | None) -> list[torch.Tensor]:
+    """How one mini-batch's ``rows`` [n] (of ``lengths`` [B] real tokens each) are split
+    (docs/magic.md "How a step is split"): ``max_tokens`` None, consecutive rows
+    (:func:`split_rows`, padded micro-batches); else token-budget micro-batches of at most
+    ``max_tokens`` tokens and ``micro_batch_size`` rows, first-fit decreasing
+    (packing.token_budget_micro_batches), each run packed. -> list of [<= micro_batch_size]."""
+    if max_tokens is None:
+        return split_rows(rows, micro_batch_size)
+    groups = token_budget_micro_batches(lengths[rows].tolist(), max_tokens, micro_batch_size)
+    return [rows[torch.tensor(g, dtype=torch.long)] for g in groups]
+
+
+def row_lengths(batch: TokenBatch) -> torch.Tensor:
+    """Real tokens (prompt + response) of every row. [B] long."""
+    return batch.attention_mask.ne(0).sum(dim=1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -422,32 +509,51 @@ class PolicyBackendBase:
 
     # -- log-probs -----------------------------------------------------------------------------
     def logprobs(self, batch: TokenBatch, micro_batch_size: int, *,
-                 response_only: bool = False, temperature: float = 1.0) -> torch.Tensor:
+                 response_only: bool = False, temperature: float = 1.0,
+                 max_tokens_per_micro_batch: int | None = None) -> torch.Tensor:
         """log pi(target) per target token, no grad: ``[B, L-1]`` float32 on the CPU, padding 0.
         ``response_only``: only response targets (``batch.response_mask``) are computed, the
         rest hold 0 (what the loss reads: the output layer skips the prompt positions).
         ``temperature``: of ``softmax(logits / temperature)``, the rollout distribution.
+        ``max_tokens_per_micro_batch``: split and run as the update does (:func:`micro_batches`;
+        None: ``micro_batch_size`` rows, padded).
 
         Under data parallel every rank must call it (ZeRO-3 gathers parameters in forward):
         ranks with fewer micro-batches run padding forwards so all take the same number.
         """
         self._check_batch(batch)
-        chunks = split_rows(torch.arange(len(batch)), micro_batch_size)
+        lengths = row_lengths(batch)  # [B]
+        chunks = micro_batches(torch.arange(len(batch)), lengths, micro_batch_size,
+                               max_tokens_per_micro_batch)
         steps = self._lockstep_count(len(chunks))
+        pad_row = self._padding_row(torch.arange(len(batch)), lengths,
+                                    max_tokens_per_micro_batch)
         out = torch.zeros(batch.response_mask.shape, dtype=torch.float32)  # [B, L-1]
         self.module.eval()
         with torch.no_grad():
             for i in range(steps):
-                rows = chunks[i] if i < len(chunks) else torch.zeros(1, dtype=torch.long)
+                rows = chunks[i] if i < len(chunks) else pad_row
                 ids = batch.input_ids[rows].to(self.device)  # [b, L]
                 attn = batch.attention_mask[rows].to(self.device)  # [b, L]
                 wanted = batch.response_mask[rows] if response_only else None  # [b, L-1]
-                lp, _ = token_stats(self._policy_forward(), ids, attn, positions=wanted,
-                                    chunk_size=self.config.entropy_chunk_size,
-                                    temperature=temperature, compiled=self.compiled)
+                stats = token_stats if max_tokens_per_micro_batch is None else packed_token_stats
+                lp, _ = stats(self._policy_forward(), ids, attn, positions=wanted,
+                              chunk_size=self.config.entropy_chunk_size,
+                              temperature=temperature, compiled=self.compiled)
                 if i < len(chunks):
                     out[rows] = lp.cpu()
         return out
+
+    @staticmethod
+    def _padding_row(rows: torch.Tensor, lengths: torch.Tensor,
+                     max_tokens: int | None) -> torch.Tensor:
+        """The one row a token-free padding micro-batch computes: the first (row split, as
+        always) or, packed, the shortest, the least work. [1] long."""
+        if not rows.numel():
+            return torch.zeros(1, dtype=torch.long)
+        if max_tokens is None:
+            return rows[:1]
+        return rows[torch.argmin(lengths[rows])].reshape(1)
 
     # -- update --------------------------------------------------------------------------------
     def update(self, batch: TokenBatch, old_logprobs: torch.Tensor | None,
@@ -480,23 +586,29 @@ class PolicyBackendBase:
         self.module.train()
         token_parts: list[dict[str, float]] = []
         norms: list[float] = []
+        work = [0.0, 0.0, 0.0]  # computed tokens, real tokens, oversized rows (this rank)
         for rows in plan.minibatches:
-            metrics, norm = self._update_minibatch(batch, rows.long(), old_logprobs, advantages,
-                                                   ref_logprobs, plan.micro_batch_size, loss)
+            metrics, norm, counts = self._update_minibatch(
+                batch, rows.long(), old_logprobs, advantages, ref_logprobs, plan, loss)
+            work = [a + b for a, b in zip(work, counts, strict=True)]
             if norm is not None:
                 token_parts.append(metrics)
                 norms.append(norm)
         self.module.eval()
-        return self._final_metrics(token_parts, norms, loss)
+        return self._final_metrics(token_parts, norms, loss, work)
 
     def _update_minibatch(self, batch: TokenBatch, rows: torch.Tensor,
                           old_logprobs: torch.Tensor | None, advantages: torch.Tensor,
-                          ref_logprobs: torch.Tensor | None, micro_batch_size: int,
-                          loss: LossSettings) -> tuple[dict[str, float], float | None]:
+                          ref_logprobs: torch.Tensor | None, plan: UpdatePlan,
+                          loss: LossSettings,
+                          ) -> tuple[dict[str, float], float | None, list[float]]:
         """One mini-batch: micro-batch backwards with the global denominator, then one step.
-        Returns (token-weighted metrics of this rank, pre-clip grad norm); the norm is None when
-        the mini-batch is empty on every rank (no step taken)."""
-        chunks = split_rows(rows, micro_batch_size)
+        Returns (token-weighted metrics of this rank, pre-clip grad norm, this rank's work:
+        [tokens computed, real tokens, rows over the budget]); the norm is None when the
+        mini-batch is empty on every rank (no step taken)."""
+        lengths = row_lengths(batch)  # [B]
+        budget = plan.max_tokens_per_micro_batch
+        chunks = micro_batches(rows, lengths, plan.micro_batch_size, budget)
         # Collective (all-reduce SUM of the token count): every micro-batch of every rank
         # divides by the same global count, so the summed gradient is the mini-batch token mean.
         global_tokens = magic.global_token_count([batch.response_mask[c] for c in chunks],
@@ -506,26 +618,34 @@ class PolicyBackendBase:
         # micro-batches; a rank with fewer runs padding micro-batches that carry no tokens.
         steps = self._lockstep_count(len(chunks))
         if steps == 0:
-            return {}, None
-        pad_row = rows[:1] if rows.numel() else torch.zeros(1, dtype=torch.long)  # [1]
+            return {}, None, [0.0, 0.0, 0.0]
+        pad_row = self._padding_row(rows, lengths, budget)  # [1]
         parts = []
+        computed = 0
         for i in range(steps):
             real = i < len(chunks)
             idx = chunks[i] if real else pad_row
             boundary = i == steps - 1
             self._before_micro_batch(boundary)
             loss_value, metrics = self._micro_batch_loss(batch, idx, real, old_logprobs,
-                                                         advantages, ref_logprobs, denom, loss)
+                                                         advantages, ref_logprobs, denom, loss,
+                                                         packed=budget is not None)
             self._backward(loss_value, boundary)
             parts.append(metrics)
+            n = lengths[idx]  # [b]
+            computed += int(n.sum()) if budget is not None else len(idx) * int(n.max())
         norm = self._optimizer_step()
-        return magic.merge_metrics(parts), norm
+        work = [float(computed), float(lengths[rows].sum()),
+                float(oversized_rows(lengths[rows].tolist(), budget))]
+        return magic.merge_metrics(parts), norm, work
 
     def _micro_batch_loss(self, batch: TokenBatch, idx: torch.Tensor, real: bool,
                           old_logprobs: torch.Tensor | None, advantages: torch.Tensor,
                           ref_logprobs: torch.Tensor | None, denom: float,
-                          loss: LossSettings) -> tuple[torch.Tensor, dict[str, float]]:
+                          loss: LossSettings, *,
+                          packed: bool = False) -> tuple[torch.Tensor, dict[str, float]]:
         """``magic_loss`` of rows ``idx``: sum over their response tokens / ``denom``.
+        ``packed``: the rows run as one padding-free sequence (:func:`packed_token_stats`).
         A padding micro-batch (``real`` False) has an all-False mask: loss 0, zero gradient,
         but the same forward/backward (and so the same collectives) as a real one.
         ``old_logprobs`` None: on-policy, the old log-probs are this forward's, detached."""
@@ -537,14 +657,15 @@ class PolicyBackendBase:
         # every parameter); only its loss mask is empty.
         mask = wanted if real else torch.zeros_like(wanted)  # [b, L-1]
         entropy_mode: EntropyGrad = "grad" if loss.entropy_coef != 0 else "detached"
-        lp, ent = token_stats(self._policy_forward(), ids, attn, positions=wanted,
-                              entropy=entropy_mode, chunk_size=self.config.entropy_chunk_size,
-                              temperature=loss.temperature,
-                              compiled=self.compiled)  # [b, L-1] x2
+        stats = packed_token_stats if packed else token_stats
+        lp, ent = stats(self._policy_forward(), ids, attn, positions=wanted,
+                        entropy=entropy_mode, chunk_size=self.config.entropy_chunk_size,
+                        temperature=loss.temperature, compiled=self.compiled)  # [b, L-1] x2
         if ref_logprobs is not None:
             ref = ref_logprobs[idx].to(dev)  # [b, L-1]
         elif self.has_reference:
-            ref = self._reference_logprobs(ids, attn, wanted, loss.temperature)  # [b, L-1]
+            ref = self._reference_logprobs(ids, attn, wanted, loss.temperature,
+                                           packed=packed)  # [b, L-1]
         else:
             ref = None
         # Why detach: pi_old is a constant of the loss; ratio = exp(lp - lp.detach()) is 1
@@ -557,7 +678,8 @@ class PolicyBackendBase:
             clip_low=loss.clip_low, clip_high=loss.clip_high, num_tokens=denom)
 
     def _reference_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                            positions: torch.Tensor, temperature: float) -> torch.Tensor:
+                            positions: torch.Tensor, temperature: float, *,
+                            packed: bool = False) -> torch.Tensor:
         """log pi_ref(target) of one micro-batch, no grad: ``[b, L-1]``, padding 0.
 
         Computed on the very tensors the policy's forward saw (same rows, same trimmed length,
@@ -566,22 +688,29 @@ class PolicyBackendBase:
         bit for bit and the KL is exactly 0. A collective under ZeRO-3 (gathers the reference's
         shards): every rank calls it for every micro-batch, padding ones included.
         """
+        stats = packed_token_stats if packed else token_stats
         with torch.no_grad():
-            lp, _ = token_stats(self._reference_forward(), input_ids, attention_mask,
-                                positions=positions, chunk_size=self.config.entropy_chunk_size,
-                                temperature=temperature)  # [b, L-1]
+            lp, _ = stats(self._reference_forward(), input_ids, attention_mask,
+                          positions=positions, chunk_size=self.config.entropy_chunk_size,
+                          temperature=temperature)  # [b, L-1]
         return lp
 
     def _final_metrics(self, parts: list[dict[str, float]], norms: list[float],
-                       loss: LossSettings) -> dict[str, float]:
-        """Token-weighted merge over mini-batches, then over ranks (one all-reduce)."""
+                       loss: LossSettings, work: Sequence[float]) -> dict[str, float]:
+        """Token-weighted merge over mini-batches, then over ranks (one all-reduce); ``work``
+        (tokens computed, real tokens, rows over the budget) summed over ranks."""
         local = magic.merge_metrics(parts) if parts else {mn.LOSS_NUM_TOKENS: 0.0}
         keys = sorted(k for k in local if k != mn.LOSS_NUM_TOKENS)
         weight = local[mn.LOSS_NUM_TOKENS]
-        # Collective (all-reduce SUM): token-weighted sums so metrics are global token means.
-        sums = self._all_reduce([local[k] * weight for k in keys] + [weight], op="sum")
+        # Collective (all-reduce SUM): token-weighted sums so metrics are global token means,
+        # and the work counters. Same vector length on every rank (keys are the same).
+        sums = self._all_reduce([local[k] * weight for k in keys] + [weight, *work], op="sum")
+        computed, real, oversized = sums[-3:]
+        sums = sums[:-3]
         total = sums[-1]
         out = {k: (s / total if total > 0 else 0.0) for k, s in zip(keys, sums[:-1], strict=True)}
+        out[mn.UPDATE_COMPUTED_OVER_REAL] = computed / real if real > 0 else 1.0
+        out[mn.UPDATE_OVERSIZED_ROWS] = oversized
         out[mn.LOSS_NUM_TOKENS] = total
         out.setdefault(mn.LOSS_ENTROPY, 0.0)
         out[mn.ENTROPY] = out[mn.LOSS_ENTROPY]
@@ -632,6 +761,9 @@ class PolicyBackendBase:
                              f"{tuple(advantages.shape)}")
         if plan.micro_batch_size < 1:
             raise ValueError(f"plan.micro_batch_size must be >= 1, got {plan.micro_batch_size}")
+        budget = plan.max_tokens_per_micro_batch
+        if budget is not None and budget < 1:
+            raise ValueError(f"plan.max_tokens_per_micro_batch must be >= 1 or None, got {budget}")
         for rows in plan.minibatches:
             if rows.dim() != 1 or (rows.numel() and (int(rows.min()) < 0
                                                      or int(rows.max()) >= B)):

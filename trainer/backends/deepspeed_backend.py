@@ -387,8 +387,10 @@ class DeepSpeedBackend(PolicyBackendBase):
 def _suffix_logits(module: torch.nn.Module, call: Any) -> SplitForward:
     """The model called whole (through the engine: DeepSpeed's hooks must see the call), with
     HF's ``logits_to_keep`` so that its output layer runs only on the last ``keep`` positions
-    (token_stats asks for those from the first response target on). Models without that
+    (token_stats asks for those from the first response target on) or, packed, on the
+    index tensor ``keep`` of the response positions (packed_token_stats). Models without that
     argument give full logits, sliced."""
     if "logits_to_keep" not in inspect.signature(module.forward).parameters:
         return logits_forward(call)
-    return SplitForward(lambda ids, attn, keep: call(ids, attn, logits_to_keep=keep))
+    return SplitForward(lambda ids, attn, keep, **model_kwargs: call(
+        ids, attn, logits_to_keep=keep, **model_kwargs))

@@ -103,18 +103,18 @@ class TorchBackend(PolicyBackendBase):
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def _forward_logits(self, input_ids: torch.Tensor,
-                        attention_mask: torch.Tensor) -> torch.Tensor:
+    def _forward_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                        **kwargs: Any) -> torch.Tensor:
         with self._autocast():
             return self.model(input_ids=input_ids, attention_mask=attention_mask,
-                              use_cache=False).logits  # [b, l, V]
+                              use_cache=False, **kwargs).logits  # [b, l, V]
 
-    def _ref_forward_logits(self, input_ids: torch.Tensor,
-                            attention_mask: torch.Tensor) -> torch.Tensor:
+    def _ref_forward_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                            **kwargs: Any) -> torch.Tensor:
         assert self.reference is not None
         with self._autocast():
             return self.reference(input_ids=input_ids, attention_mask=attention_mask,
-                                  use_cache=False).logits  # [b, l, V]
+                                  use_cache=False, **kwargs).logits  # [b, l, V]
 
     def _policy_forward(self) -> SplitForward:
         return self._split
