@@ -93,3 +93,41 @@ def test_trainer_run_without_a_verifier_is_one_line_and_leaves_no_run(tmp_path) 
     assert len(errors) == 1 and f"connection refused at 127.0.0.1:{port}" in errors[0]
     assert "no verifier at" in r.stderr  # the warning came first
     assert not (tmp_path / "runs" / "nover").exists()
+
+
+def test_a_port_in_use_is_one_line_before_the_sandbox_self_test() -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        for flags, what in ((["--port", str(port)], "gRPC"),
+                            (["--port", "0", "--http-port", str(port)], "HTTP")):
+            r = subprocess.run([sys.executable, "-m", "verifier.cli", "serve", *flags], cwd=ROOT,
+                               capture_output=True, text=True, timeout=120, check=False)
+            assert r.returncode == 2, r.stderr[-2000:]
+            lines = r.stderr.strip().splitlines()
+            assert len(lines) == 1 and f"port in use: {what} 127.0.0.1:{port}" in lines[0]
+            assert "self-test" not in r.stderr  # refused before the sandbox started
+
+
+def test_the_text_log_says_where_it_listens_and_math_verify_stays_quiet(tmp_path) -> None:
+    """The "verifier listening" line carries its address and ports in the text format too (the
+    JSON format always did), and math-verify's per-worker "Timeout is disabled" warnings,
+    untrue under our own deadlines, are not printed."""
+    proc = subprocess.Popen([sys.executable, "-m", "verifier.cli", "serve", "--port", "0",
+                             "--metrics-port", "0", "--log-format", "text"], cwd=ROOT,
+                            stderr=subprocess.PIPE, text=True)
+    seen = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            seen.append(line)
+            if "verifier listening" in line:
+                break
+    finally:
+        proc.terminate()
+        proc.wait(timeout=120)
+    listening = seen[-1]
+    assert "verifier listening address=127.0.0.1:" in listening, seen
+    assert "metrics_port=" in listening and "metrics_port=None" not in listening
+    assert not [ln for ln in seen if "Timeout is disabled" in ln], seen

@@ -400,15 +400,40 @@ def test_check_cli_embedded_and_remote(server, tmp_path) -> None:
     src.write_text("\n".join(lines) + "\n")
     for extra in ([], ["--addr", addr]):
         out = tmp_path / f"out{len(extra)}.jsonl"
-        assert main(["check", "--input", str(src), "--output", str(out), "--progress", "off", *extra]) == 0
+        # 3 items got no verdict: the results are written and the exit status says so
+        assert main(["check", "--input", str(src), "--output", str(out), "--progress", "off",
+                     *extra]) == 3
         rows = [json.loads(x) for x in out.read_text().splitlines()]
-        assert [r["id"] for r in rows] == ["c0", "c1", "line3", "c2", "nodomain", "c3", "line7",
+        assert [r["id"] for r in rows] == ["c0", "c1", "#3", "c2", "nodomain", "c3", "#7",
                                            "c4", "c5", "deepgold"]
         assert rows[6]["status"] == "INVALID_INPUT" and "nested too deeply" in rows[6]["detail"]
         assert rows[9]["status"] not in ("INTERNAL_ERROR", "SANDBOX_ERROR")
         assert rows[2]["status"] == "INVALID_INPUT" and "line 3" in rows[2]["detail"]
         assert rows[4]["status"] == "INVALID_INPUT" and "domain" in rows[4]["detail"]
         assert [rows[i]["status"] for i in (0, 1, 3)] == ["INCORRECT", "CORRECT", "CORRECT"]
+    assert main(["check", "--input", str(src), "--output", str(out), "--progress", "off",
+                 "--addr", addr, "--allow-unjudged"]) == 0
+
+
+def test_check_cli_says_what_it_could_not_judge_and_warns_on_duplicate_ids(
+        server, tmp_path, capsys) -> None:
+    from verifier.cli import main
+
+    _, addr = server
+    src, out = tmp_path / "items.jsonl", tmp_path / "out.jsonl"
+    good = normal_items(2, prefix="d")
+    src.write_text("".join(json.dumps({**it, "id": "same"}) + "\n" for it in good)
+                   + json.dumps({"response": "x"}) + "\n")
+    assert main(["check", "-i", str(src), "-o", str(out), "--addr", addr,
+                 "--progress", "off"]) == 3
+    err = capsys.readouterr().err
+    assert "error: 1 of 3 items got no verdict (INVALID_INPUT 1: #3)" in err
+    assert str(out) in err and "--allow-unjudged" in err
+    assert "'same' x2" in err and "match them by line" in err  # the duplicate-id warning
+    assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == ["same", "same", "#3"]
+    assert main(["check", "-i", str(tmp_path / "nope.jsonl"), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error: --input" in err and "no such file" in err
 
 
 def test_remote_commands_start_without_the_scoring_engine(server, tmp_path) -> None:

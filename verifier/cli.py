@@ -22,16 +22,21 @@ from rich.table import Table
 from verifier.bigint import MAX_INT_DIGITS, json_loads_digits
 from verifier.client import VerifierClient
 from verifier.config import CheckConfig, EvalConfig, HealthConfig, ServeConfig
-from verifier.items import (Item, Limits, Outcome, Result, Status, VerifierError, invalid,
-                            item_from_dict)
+from verifier.items import (NOT_A_VERDICT, Item, Limits, Outcome, Result, Status, VerifierError,
+                            invalid, item_from_dict)
 from verifier.logs import setup_logging
 
 log = logging.getLogger("verifier")
 
+EXIT_NOT_JUDGED = 3
+"""``verifier check``'s exit status when the results were written but some items got no
+verdict (as ``verifier eval``'s: verifier/evaluate.py)."""
+
 
 def read_items(path: Path) -> Iterator[Item | tuple[str, Outcome]]:
     """Yield one Item (or an ``(id, INVALID_INPUT)`` pair) per non-empty line; a malformed line
-    becomes an INVALID_INPUT result naming the line instead of stopping the file."""
+    becomes an INVALID_INPUT result naming the line instead of stopping the file. An item
+    without an id gets ``#LINE`` (its line number), as every generated id is spelt."""
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -39,10 +44,10 @@ def read_items(path: Path) -> Iterator[Item | tuple[str, Outcome]]:
             try:
                 obj = json_loads_digits(line, MAX_INT_DIGITS)  # any profile's integers
             except RecursionError:  # json's depth bound: thousands of brackets on one line
-                yield f"line{lineno}", invalid(f"{path.name} line {lineno}: JSON nested too deeply")
+                yield f"#{lineno}", invalid(f"{path.name} line {lineno}: JSON nested too deeply")
                 continue
             except ValueError as e:
-                yield f"line{lineno}", invalid(f"{path.name} line {lineno}: not valid JSON: {e}")
+                yield f"#{lineno}", invalid(f"{path.name} line {lineno}: not valid JSON: {e}")
                 continue
             parsed = item_from_dict(obj, index=lineno)
             if isinstance(parsed, tuple):
@@ -59,8 +64,35 @@ def _progress(mode: str, console: Console) -> Progress:
     )
 
 
+def duplicate_ids(entries: list[Item | tuple[str, Outcome]]) -> dict[str, int]:
+    """Ids given to more than one item of a file -> how many items share each."""
+    counts = Counter(e[0] if isinstance(e, tuple) else e.id for e in entries)
+    return {k: n for k, n in counts.items() if n > 1}
+
+
+def unjudged_line(results: list[Result], output: Path) -> str | None:
+    """One line counting the items that got no verdict, by status, with the first few ids;
+    None when every item was judged."""
+    bad = [r for r in results if r.status in NOT_A_VERDICT]
+    if not bad:
+        return None
+    by = Counter(r.status.value for r in bad)
+    ids = ", ".join(str(r.id) for r in bad[:5]) + (", ..." if len(bad) > 5 else "")
+    return (f"{len(bad)} of {len(results)} items got no verdict "
+            f"({', '.join(f'{k} {n}' for k, n in by.most_common())}: {ids}); their details "
+            f"are in {output}; --allow-unjudged exits 0")
+
+
 def run_check(cfg: CheckConfig) -> list[Result]:
+    if not cfg.input.is_file():
+        raise VerifierError(f"--input {cfg.input}: no such file", "invalid_argument")
     entries = list(read_items(cfg.input))
+    dup = duplicate_ids(entries)
+    if dup:
+        shown = ", ".join(f"{k!r} x{n}" for k, n in list(dup.items())[:5])
+        log.warning("%d ids are given to more than one item of %s (%s%s): results keep the "
+                    "input's order, one line per item; match them by line, not by id",
+                    len(dup), cfg.input, shown, ", ..." if len(dup) > 5 else "")
     console = Console(stderr=True)
     results: list[Result | None] = [None] * len(entries)
     with _progress(cfg.progress, console) as bar:
@@ -159,7 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(config, ServeConfig):
         from verifier.server import serve
 
-        serve(config)
+        try:
+            serve(config)
+        except VerifierError as e:  # a port in use, a bind that failed: one line, no traceback
+            Console(stderr=True).print(f"[red]error:[/red] {escape(str(e))}", highlight=False,
+                                      soft_wrap=True)
+            return 2
         return 0
     if isinstance(config, EvalConfig):
         from verifier.evaluate import exit_code, print_report, run_eval
@@ -172,9 +209,20 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print_report(summary, Console())
         return exit_code(summary)  # 3 when rows were not judged (verifier.evaluate)
-    results = run_check(config)
+    try:
+        results = run_check(config)
+    except VerifierError as e:  # a missing input file, a verifier that cannot be reached
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(e))}", highlight=False,
+                                  soft_wrap=True)
+        return 2
     Console().print(summary_table(results))
-    return 0
+    line = unjudged_line(results, config.output)
+    if line is None:
+        return 0
+    Console(stderr=True).print(f"[yellow]warning:[/yellow] {escape(line)}" if
+                               config.allow_unjudged else f"[red]error:[/red] {escape(line)}",
+                               highlight=False, soft_wrap=True)
+    return 0 if config.allow_unjudged else EXIT_NOT_JUDGED
 
 
 if __name__ == "__main__":

@@ -363,6 +363,10 @@ class CheckConfig:
     client: ClientConfig = field(default_factory=ClientConfig)
     progress: Literal["auto", "on", "off"] = "auto"
     """Progress bar: "auto" shows it on a terminal only."""
+    allow_unjudged: bool = False
+    """Exit 0 even when some items got no verdict (INVALID_INPUT, SANDBOX_ERROR,
+    INTERNAL_ERROR). Default: the results are written, the summary printed, and the exit
+    status is 3, as `verifier eval`'s, so a script or CI notices."""
     log_format: Literal["json", "text"] = "text"
 
 

@@ -388,6 +388,13 @@ def warm_up() -> None:
     import math_verify  # lazy: warms a worker process up (~1 s)
     import sympy  # noqa: F401  # lazy: warms a worker process up
 
+    # math-verify warns, once per process, that a parse or verify without its own timeout
+    # "must provide the logic for timeout interruption yourself": here every call runs under
+    # our CPU budget and the pool's deadline (module docstring), so the warning is untrue and
+    # only fills the server's log with one line per worker.
+    for name in ("math_verify.parser", "math_verify.grader"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
     # The first parse loads math-verify's LaTeX grammar: seconds of CPU, done here without a
     # budget so that no CPU limit can interrupt it halfway through an import.
     math_verify.verify(math_verify.parse("\\boxed{\\frac{1}{2}}", parsing_timeout=0),

@@ -19,9 +19,11 @@ TLS and metrics, and drained with the gRPC port.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -225,8 +227,42 @@ def create_server(
     return server, port
 
 
+def ports_taken(config: ServeConfig) -> list[str]:
+    """The ports of ``config`` (gRPC, HTTP, metrics, health; 0 and unset left out) that
+    something already listens on, as "what HOST:PORT". Probed with SO_REUSEADDR, as the
+    servers bind: a port a finished server left in TIME_WAIT is free, one a live listener holds
+    is not."""
+    host = config.host
+    wanted = [("gRPC", host, config.port), ("HTTP", host, config.http_port),
+              ("metrics", config.metrics_host or host, config.metrics_port),
+              ("health", host, config.health_port)]
+    taken = []
+    for what, h, port in wanted:
+        if not port:
+            continue
+        try:
+            infos = socket.getaddrinfo(h, port, type=socket.SOCK_STREAM)
+        except socket.gaierror:
+            continue  # the bind itself says it, with the resolver's reason
+        family, _type, _proto, _canon, sockaddr = infos[0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    taken.append(f"{what} {h}:{port}")
+    return taken
+
+
 def serve(config: ServeConfig) -> None:
-    """``verifier serve``: run until SIGTERM or SIGINT, then drain and return."""
+    """``verifier serve``: run until SIGTERM or SIGINT, then drain and return. A port already
+    in use is a VerifierError before anything starts (the sandbox's self-test takes seconds)."""
+    taken = ports_taken(config)
+    if taken:
+        raise VerifierError(f"port in use: {', '.join(taken)} (another verifier, or choose "
+                            "another with --port / --http-port / --metrics-port / "
+                            "--health-port; 0 picks a free one)", "unavailable")
     # The parent is read before anything else: the "listening" line below tells the parent we
     # are up, and a parent killed right after reading it must still be noticed (read later,
     # getppid() would already be the reaper's pid and never change).
