@@ -1,6 +1,9 @@
-# The README's two commands: `make demo` and `make test`. Both run `make setup` first.
+# The README's two commands: `make demo` and `make test`. Each installs what it runs first:
+# the demos the core (scripts/setup.sh core: the verifier, its sandbox, the trainer on CPU),
+# the tests and everything else all of it (`make setup`: DeepSpeed, vLLM, Node.js, Docker, ...).
 VENV   := .venv
 PY     := $(VENV)/bin/python
+CORE   := $(VENV)/.setup-core
 STAMP  := $(VENV)/.setup-done
 
 .PHONY: setup test demo demo-band demo-entropy demo-verifier bench soak protos images engine-stop clean gpu-check
@@ -8,26 +11,30 @@ STAMP  := $(VENV)/.setup-done
 setup: $(STAMP)
 
 # Re-run the installer when the dependency list or the installer itself changes.
-$(STAMP): pyproject.toml scripts/setup.sh tests/node/package-lock.json
-	bash scripts/setup.sh
+$(CORE): pyproject.toml scripts/setup.sh
+	bash scripts/setup.sh core
+	touch $(CORE)
+
+$(STAMP): $(CORE) pyproject.toml scripts/setup.sh tests/node/package-lock.json
+	bash scripts/setup.sh full
 	touch $(STAMP)
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider
 
-demo: setup
+demo: $(CORE)
 	$(PY) scripts/demo.py
 
 # The demo's headline as a band: its recipe over seeds 0-2 on this CPU's kernels and on AVX2
 # ones (6 demo runs, 2 at a time); writes docs/demo/band.json and the plots, prints the table.
-demo-band: setup
+demo-band: $(CORE)
 	$(PY) scripts/demo_band.py --plots $(BAND_ARGS)
 
 # The demo's recipe over 3 seeds with and without adaptive entropy control (about 6 demo runs).
-demo-entropy: setup
+demo-entropy: $(CORE)
 	$(PY) scripts/demo_entropy.py --jobs 2
 
-demo-verifier: setup
+demo-verifier: $(CORE)
 	$(PY) scripts/demo_verifier.py
 
 bench: setup
