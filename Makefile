@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 CORE   := $(VENV)/.setup-core
 STAMP  := $(VENV)/.setup-done
 
-.PHONY: setup test demo demo-band demo-entropy demo-verifier bench soak protos images engine-stop clean gpu-check
+.PHONY: setup test demo demo-data demo-band demo-entropy demo-verifier bench soak protos images engine-stop clean gpu-check
 
 setup: $(STAMP)
 
@@ -24,6 +24,11 @@ test: setup
 
 demo: $(CORE)
 	$(PY) scripts/demo.py
+
+# The toy world that the demo and trainer/configs/quickstart.yaml read, into runs/demo-data/ (as
+# `make demo` writes it; left as it is when the generator's arguments have not changed).
+demo-data: $(CORE)
+	$(PY) -c "import sys; sys.path.insert(0, 'scripts'); import demo; demo.write_data(demo.ROOT / 'runs' / 'demo-data')"
 
 # The demo's headline as a band: its recipe over seeds 0-2 on this CPU's kernels and on AVX2
 # ones (6 demo runs, 2 at a time); writes docs/demo/band.json and the plots, prints the table.

@@ -15,7 +15,7 @@ benchmark's workload (``bench_code.make_samples``: 5 stdin/stdout tests, half of
   test in a forked child (the program compiled once, stdin and stdout on pipes), comparing
   outputs. It leaves out what nsjail's policy also does (seccomp, cgroups, rlimits, the
   harness's framing and signing, ``pivot_root``, dropping to uid 65534). It is NOT a lower
-  bound, though it was taken for one (README "The cost of a jail per sample"): it forks this
+  bound, though it was taken for one (docs/benchmarks.md "The cost of a jail per sample"): it forks this
   process (the benchmark with the verifier imported) for every jail and every test and builds
   the root per sample, and the ``zygote`` mode, which does all of that and more from a small
   process, costs less;

@@ -1,5 +1,5 @@
 """The same SandboxFusion ``POST /run_code`` workload through this verifier's HTTP gateway and
-through a SandboxFusion server, side by side (README, "Use the verifier from verl's
+through a SandboxFusion server, side by side (docs/integrations.md, "Use the verifier from verl's
 SandboxFusion setting").
 
 The user starts SandboxFusion (its python runtime is enough) and passes its URL; this script

@@ -3,7 +3,7 @@
 A jail's fixed cost (nsjail building its namespaces, mounts, cgroups and seccomp filter, the
 kernel's own work for them, the interpreter's start and the harness loading) used to sit on the
 sample's critical path: with two samples in flight on two cores, the cores waited on that setup
-about a quarter of the time (README "Cost per verdict"). Here a jail is started for the NEXT
+about a quarter of the time (docs/benchmarks.md "Code throughput"). Here a jail is started for the NEXT
 sample while the current ones run, and waits, blocked reading its stdin, until a sample is
 handed to it; the sample's deadline starts at the hand-over.
 

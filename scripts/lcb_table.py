@@ -1,13 +1,14 @@
-"""The README's table of the lcb differential set: per class of rule, how many programs
-LiveCodeBench's judge passes, how many the ``lcb`` profile judges as it does, and how many the
-``default`` profile passes (where the two profiles part, and by how much).
+"""docs/verifier-service.md's table of the lcb differential set: per class of rule, how many
+programs LiveCodeBench's judge passes, how many the ``lcb`` profile judges as it does, and how
+many the ``default`` profile passes (where the two profiles part, and by how much).
 
 Every program of tests/lcb_differential.py is judged here under ``lcb`` and under ``default``
 (real nsjail), against LiveCodeBench's labels (tests/fixtures/lcb_labels.json). The table is
-written into README.md between ``<!-- lcb-differential:begin -->`` and ``<!-- ...:end -->``;
+written into docs/verifier-service.md ("Judging profiles") between
+``<!-- lcb-differential:begin -->`` and ``<!-- ...:end -->``;
 tests/test_lcb_differential.py checks that its program and label counts match the fixture.
 
-    .venv/bin/python scripts/lcb_table.py            # judge, print, rewrite the README's table
+    .venv/bin/python scripts/lcb_table.py            # judge, print, rewrite the table in the doc
     .venv/bin/python scripts/lcb_table.py --check    # judge and print only
 """
 
@@ -30,7 +31,7 @@ from verifier.items import Limits, Status  # noqa: E402
 from verifier.profiles import get_profile  # noqa: E402
 
 LABELS = ROOT / "tests" / "fixtures" / "lcb_labels.json"
-README = ROOT / "README.md"
+README = ROOT / "docs" / "verifier-service.md"  # where the table lives
 BEGIN, END = "<!-- lcb-differential:begin -->", "<!-- lcb-differential:end -->"
 HEADER = ("| rule class | programs | LiveCodeBench passes | `lcb` gives LiveCodeBench's verdict "
           "| `default` passes |")
@@ -87,7 +88,8 @@ def table(labels: dict, judged: dict[str, dict[str, bool]]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="print only; leave README.md alone")
+    ap.add_argument("--check", action="store_true",
+                    help="print only; leave docs/verifier-service.md alone")
     args = ap.parse_args()
     labels = json.loads(LABELS.read_text(encoding="utf-8"))["labels"]
     t0 = time.monotonic()

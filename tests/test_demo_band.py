@@ -91,8 +91,8 @@ def test_a_run_directory_records_what_its_numbers_depend_on(tmp_path, monkeypatc
 def test_the_demo_headline_stays_in_its_band(tmp_path, demo_data) -> None:
     """The demo's recipe, seed 0, on this CPU's own kernels: its held-out accuracy after the
     warm start and at its last step lie inside the band docs/demo/band.json states (the spread
-    `make demo-band` measured over seeds and CPU kernels, which the README shows). A change
-    that moves the demo's headline out of it fails here: regenerate the band and the README's
+    `make demo-band` measured over seeds and CPU kernels, which docs/demo.md shows). A change
+    that moves the demo's headline out of it fails here: regenerate the band and docs/demo.md's
     table with `make demo-band --plots` and say why in that commit."""
     band = json.loads(db.BAND_FILE.read_text())["band"]
     run = tmp_path / "demo"
@@ -110,14 +110,16 @@ def test_the_demo_headline_stays_in_its_band(tmp_path, demo_data) -> None:
 
 
 def test_the_band_file_is_what_the_readme_shows() -> None:
-    """The README's demo table is docs/demo/band.json's, as `make demo-band` prints it, and
-    its band sentence states the file's band."""
+    """docs/demo.md's table is docs/demo/band.json's, as `make demo-band` prints it, and the
+    band sentence of docs/demo.md and the README's headline state the file's band."""
     data = json.loads(db.BAND_FILE.read_text())
+    doc = (ROOT / "docs" / "demo.md").read_text()
     readme = (ROOT / "README.md").read_text()
-    assert db.table(data["runs"]) in readme
+    assert db.table(data["runs"]) in doc
     b = data["band"]
-    assert (f"{100 * b['first'][0]:.1f}-{100 * b['first'][1]:.1f}%" in readme
-            and f"{100 * b['final'][0]:.1f}-{100 * b['final'][1]:.1f}%" in readme)
     gains = [100 * (r["final"] - r["first"]) for r in data["runs"]]
-    assert f"every run gains {min(gains):.1f}-{max(gains):.1f} points" in readme
+    for text in (doc, readme):
+        assert (f"{100 * b['first'][0]:.1f}-{100 * b['first'][1]:.1f}%" in text
+                and f"{100 * b['final'][0]:.1f}-{100 * b['final'][1]:.1f}%" in text)
+        assert f"every run gains {min(gains):.1f}-{max(gains):.1f} points" in text
     assert all(r["warm_start_reached"] for r in data["runs"])

@@ -63,12 +63,12 @@ def test_skywork_gives_skywork_verdict(nsjail_sandbox, program):
 
 
 def test_the_readme_table_counts_the_set_and_its_labels():
-    """README.md's table of the set (written by scripts/lcb_table.py) names every class with
-    its number of programs and of LiveCodeBench passes, and claims agreement on all of them
-    (test_lcb_gives_livecodebench_verdict is what checks that claim)."""
-    from scripts.lcb_table import BEGIN, END, HEADER, rows
+    """docs/verifier-service.md's table of the set (written by scripts/lcb_table.py) names every
+    class with its number of programs and of LiveCodeBench passes, and claims agreement on all of
+    them (test_lcb_gives_livecodebench_verdict is what checks that claim)."""
+    from scripts.lcb_table import BEGIN, END, HEADER, README, rows
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = README.read_text(encoding="utf-8")
     block = readme[readme.index(BEGIN) + len(BEGIN):readme.index(END)].strip().splitlines()
     assert block[0] == HEADER
     cells = [[c.strip().strip("*") for c in line.strip("|").split("|")] for line in block[2:]]

@@ -1,5 +1,5 @@
-"""Judging profiles: one named test per rule of the README's profile table (real nsjail, real
-math-verify). Every rule is judged on a row: LiveCodeBench's release row shape
+"""Judging profiles: one named test per rule of the profile table in docs/verifier-service.md
+(real nsjail, real math-verify). Every rule is judged on a row: LiveCodeBench's release row shape
 (``code_generation_lite``: public tests as JSON text, private tests compressed as the release
 stores them, ``base64(zlib(pickle(json)))``, ``metadata.func_name``) or Skywork-OR1-RL-Data's
 verl schema (``reward_model.ground_truth`` as JSON text: ``inputs``/``outputs``,

@@ -1,7 +1,8 @@
 """What ``trainer ablate`` writes from its runs: summary.json (per check the paired differences,
-their 90% interval and the verdict), report.md, overlay plots, and the README's ablation table
-regenerated from committed summaries (``python -m trainer.ablate_report``), so the table cannot
-drift from the runs. The statistic: trainer/ablation_stats.py; the claims: trainer/ablations.py.
+their 90% interval and the verdict), report.md, overlay plots, and the ablation tables of
+docs/ablations/README.md, regenerated from committed summaries (``python -m
+trainer.ablate_report``), so the tables cannot drift from the runs. The statistic:
+trainer/ablation_stats.py; the claims: trainer/ablations.py.
 """
 
 from __future__ import annotations
@@ -456,10 +457,13 @@ def update_readme(readme: Path, summaries_dir: Path) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m trainer.ablate_report",
-        description="Regenerate the README's ablation table from the committed summaries.")
+        description="Regenerate the ablation tables of docs/ablations/README.md (or --readme) "
+                    "from the committed summaries.")
     ap.add_argument("summaries", type=Path, help="directory of NAME/summary.json "
                     "(e.g. docs/ablations/full)")
-    ap.add_argument("--readme", type=Path, default=Path("README.md"))
+    ap.add_argument("--readme", type=Path, default=Path("docs/ablations/README.md"),
+                    help="the Markdown file whose <!-- ablation-table --> markers to fill "
+                    "(default: docs/ablations/README.md)")
     args = ap.parse_args(argv)
     try:
         print(update_readme(args.readme, args.summaries))

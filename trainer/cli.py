@@ -125,7 +125,7 @@ class AblateArgs:
     list_ablations: Annotated[bool, tyro.conf.arg(name="list")] = False
     """Name the ablations and their claims."""
     profile: Literal["quick", "full", "confirm"] = "quick"
-    """quick: a smoke test, at most 30 min on a 2-core CPU (2 seeds, 60 steps); full: the demo's 160 steps, 6 seeds, the mechanism and benefit checks' arms and the cheap secondary ones (exploratory); confirm: the pre-registered design on its fresh seeds, one warm start per seed (docs/ablations/preregistration.md), from a clean checkout: the only runs the README's confirmatory table counts."""
+    """quick: a smoke test, at most 30 min on a 2-core CPU (2 seeds, 60 steps); full: the demo's 160 steps, 6 seeds, the mechanism and benefit checks' arms and the cheap secondary ones (exploratory); confirm: the pre-registered design on its fresh seeds, one warm start per seed (docs/ablations/preregistration.md), from a clean checkout: the only runs the confirmatory table of docs/ablations/README.md counts."""
     seeds: int | None = None
     """Seeds per variant (default: the profile's: quick 2, full 6; confirm takes the registered seeds and refuses this)."""
     out: Path = Path("runs/ablate")

@@ -56,7 +56,7 @@ class ScoringConfig:
     forkserver: Literal["auto", "on", "off"] = "auto"
     """Fork the harness's jails from a warm zygote (sandbox/forkserver.py) instead of starting
     nsjail and an interpreter for each sample: the same jail (a test checks it against
-    nsjail's), about a quarter less CPU per sample (README "The forkserver"). "auto" (default):
+    nsjail's), about a quarter less CPU per sample (docs/benchmarks.md "The cost of a jail per sample"). "auto" (default):
     on with the nsjail sandbox when the service runs as root, unless --warm-jails is given;
     "on": on (nsjail, root, no --warm-jails); "off": nsjail starts every jail (pre-started ones,
     --warm-jails). The zygote does root's work (namespaces, mounts, uid changes); the verifier
@@ -93,7 +93,7 @@ class ScoringConfig:
     replacement costs a fork, a few milliseconds per 2,000 tasks."""
     profile: ProfileName = "default"
     """The judging profile of items that name none: "default" (this project's rules), "lcb"
-    (LiveCodeBench's judge) or "skywork" (the released Skywork-OR1 reward). See README.md's
+    (LiveCodeBench's judge) or "skywork" (the released Skywork-OR1 reward). See docs/verifier-service.md's
     table of profiles."""
 
 

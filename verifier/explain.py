@@ -5,7 +5,7 @@ Rule: every response of a LiveCodeBench problem is judged twice, under the profi
 it (``--lcb-profile``, normally ``lcb``) and under ``--explain`` (normally ``default``, this
 project's rules, under which correct programs pass). A response is a disagreement when one
 verdict is correct and the other is not; each disagreement gets the class of the rule that
-explains it (:data:`RULE_CLASSES`, the rows of README.md's "Not reproduced exactly" list and of
+explains it (:data:`RULE_CLASSES`, the rows of docs/verifier-service.md's "Not reproduced exactly" list and of
 the differential set in tests/lcb_differential.py), read from what both sides saw: the code
 each profile extracted, the problem's kind (stdin or call-based), and the two results' statuses
 and details. The classes are checked in a fixed order (:func:`classify`) and the first that

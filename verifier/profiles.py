@@ -24,7 +24,7 @@ limit, the profile's is generous, and configurable per item).
   ``check_correctness``'s min((6 + 1) n + 5, 300) s and 50 GB).
 
 The rules are data here; ``verifier/code_score.py``, the harness and ``verifier/math_score.py``
-apply them. README.md has the side-by-side table.
+apply them. docs/verifier-service.md has the side-by-side table.
 """
 
 from __future__ import annotations
