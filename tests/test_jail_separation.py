@@ -132,16 +132,19 @@ def test_a_programs_session_and_group_are_its_jails(kind, request):
 
 
 def _jail_processes() -> dict[int, tuple[int, int, bool]]:
-    """pid -> (parent pid, real uid, dumpable) of every host process running as a sandbox
-    pool uid: dumpable when its /proc/PID/status belongs to its own uid, as the kernel makes it
-    (an undumpable process's /proc/PID files are root's; the directory itself is not)."""
-    found = {}
+    """pid -> (parent pid, real uid, dumpable) of every process running as a sandbox pool uid
+    that descends from this test process (another verifier on the host, a trainer's or a
+    second test run's, leases uids from the same pool: its jails are not this test's):
+    dumpable when its /proc/PID/status belongs to its own uid, as the kernel makes it (an
+    undumpable process's /proc/PID files are root's; the directory itself is not)."""
+    parents, found = {}, {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             with open(f"/proc/{d}/status") as f:
                 fields = dict(line.split(":", 1) for line in f if ":" in line)
+            parents[int(d)] = int(fields["PPid"])
             uid = int(fields["Uid"].split()[0])
             if uid not in POOL:
                 continue
@@ -149,7 +152,17 @@ def _jail_processes() -> dict[int, tuple[int, int, bool]]:
                              os.stat(f"/proc/{d}/status").st_uid == uid)
         except (OSError, KeyError, ValueError):
             continue
-    return found
+    return {pid: v for pid, v in found.items() if _descends_from(pid, os.getpid(), parents)}
+
+
+def _descends_from(pid: int, root: int, parents: dict[int, int]) -> bool:
+    seen = set()
+    while pid not in seen and pid > 1:
+        if pid == root:
+            return True
+        seen.add(pid)
+        pid = parents.get(pid, 0)
+    return False
 
 
 SLEEPER = "import time\ntime.sleep(2.5)\nprint(25)"
