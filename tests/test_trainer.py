@@ -325,7 +325,8 @@ def test_on_policy_steps_skip_the_old_logprob_forward(data, policy, tmp_path, mi
         trainer.close()
     assert len(updates) == 1 and metrics["optimizer_steps"] == (1 if mini_batch_size is None
                                                                 else 2)
-    assert calls == [{"response_only": True, "temperature": cfg.magic.temperature}] * old_forwards
+    assert calls == [{"response_only": True, "temperature": cfg.magic.temperature,
+                      "max_tokens_per_micro_batch": cfg.max_tokens_per_micro_batch}] * old_forwards
     assert (updates[0] is None) == (old_forwards == 0)
     if old_forwards == 0:
         assert metrics["losses/ratio_mean"] == 1.0 and metrics["losses/clipfrac"] == 0.0
