@@ -572,7 +572,12 @@ def test_fork_bomb_in_assert_mode(after_attack):
         "    return x * x\n"
     )
     o = attack(after_attack, code, gt={"assert_case": ["assert f(5) == 25"]})
-    assert o.status in (Status.RUNTIME_ERROR, Status.TIMEOUT, Status.MEMORY_LIMIT)
+    # A thread forking in the background races the assert: when the assert wins, f is right and
+    # the verdict is CORRECT (seen on a loaded machine); when the bomb starves it, a failure.
+    # Either is a true verdict; what the bomb must never do is make its item the sandbox's or
+    # the service's fault, leave a process behind or spoil the next item (after_attack).
+    assert o.status in (Status.CORRECT, Status.RUNTIME_ERROR, Status.TIMEOUT,
+                        Status.MEMORY_LIMIT), o
 
 
 def test_memory_bomb_in_call_mode(after_attack):
