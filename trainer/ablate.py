@@ -52,7 +52,7 @@ from trainer.ablations import ABLATIONS, LABELS, PROFILES, Ablation, Variant, ru
 from trainer import preregistration
 from trainer.config import RunConfig, load_config
 from trainer.plot import read_metrics
-from trainer.provenance import code_commit
+from trainer.provenance import code_commit, environment_records
 
 log = logging.getLogger(__name__)
 
@@ -434,7 +434,7 @@ class Driver:
         """summary.json's top-level record of where its runs come from: the seeds, each run's
         code commits and machines (environment.json), and, on the confirm profile, whether
         they are confirmatory (and why not)."""
-        records = {(o.variant, o.seed): _environment(o.run_dir) for o in outcomes
+        records = {(o.variant, o.seed): environment_records(o.run_dir) for o in outcomes
                    if o.status in DONE}
         every = [r for rs in records.values() for r in rs]
         out: dict[str, Any] = {
@@ -471,15 +471,6 @@ class Driver:
                 continue
             out[v.name] = [q.n_sgd, q.rollout_batch_size, q.mini_batch_size, q.n_reuse]
         return out
-
-
-def _environment(run_dir: Path) -> list[dict[str, Any]]:
-    """A run directory's environment.json records (one per start; trainer/provenance.py)."""
-    try:
-        records = json.loads((run_dir / "environment.json").read_text())
-    except (OSError, ValueError):
-        return []
-    return records if isinstance(records, list) else []
 
 
 def _machines(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

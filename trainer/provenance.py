@@ -108,16 +108,21 @@ def environment() -> dict[str, Any]:
     }
 
 
+def environment_records(run_dir: Path) -> list[dict[str, Any]]:
+    """``run_dir/environment.json``'s records, one per start; [] when there is none, or when
+    it cannot be read (a record cut by a crash)."""
+    try:
+        records = json.loads((run_dir / "environment.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return records if isinstance(records, list) else []
+
+
 def record_environment(run_dir: Path) -> dict[str, Any]:
-    """Append this start's record to ``run_dir/environment.json``; returns it."""
-    path = run_dir / "environment.json"
-    records: list[dict[str, Any]] = []
-    if path.exists():
-        try:
-            records = json.loads(path.read_text())
-        except ValueError:
-            records = []  # a record cut by a crash: the new one still goes in
+    """Append this start's record to ``run_dir/environment.json``; returns it (a file cut by a
+    crash is replaced: the new record still goes in)."""
+    records = environment_records(run_dir)
     record = environment()
     records.append(record)
-    path.write_text(json.dumps(records, indent=1) + "\n")
+    (run_dir / "environment.json").write_text(json.dumps(records, indent=1) + "\n")
     return record
