@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from trainer import preregistration as pr
+from trainer.ablation_stats import detectable
 from trainer.ablations import ABLATIONS, LABELS
 from trainer.cli import main as cli_main
 
@@ -42,7 +43,7 @@ def test_every_registered_design_is_on_fresh_seeds_with_the_power_it_states(name
         assert (check is None) == (power is None), (role, "a label without a power plan")
         if check is not None:
             assert p.seeds >= pr.required_seeds(check, power), role
-            assert pr.detectable(check, power.sd, p.seeds) <= power.effect + 1e-12
+            assert detectable(check.expect, power.sd, p.seeds) <= power.effect + 1e-12
 
 
 def test_a_changed_design_gets_a_new_fingerprint() -> None:

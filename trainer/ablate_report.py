@@ -27,11 +27,12 @@ from trainer.ablation_stats import (
     CheckResult,
     Paired,
     check_verdict,
+    detectable,
     pair_by_seed,
     secondary_verdicts,
 )
 from trainer.ablations import ABLATIONS, LABELS, Ablation, Check, Variant, run_numbers
-from trainer.preregistration import detectable, plan
+from trainer.preregistration import plan
 from trainer.plot import plt, series, trailing_mean  # pyplot, headless (Agg)
 
 UNDECIDABLE = "undecidable on CPU"
@@ -50,7 +51,7 @@ def _check_entry(c: Check, r: CheckResult) -> dict[str, Any]:
             "treatment": c.treatment, "expect": c.expect, "margin": c.margin,
             "verdict": r.verdict, "mean_diff": r.mean, "ci90": [r.low, r.high],
             "pairs": r.pairs, "p": r.p, "reason": r.reason,
-            "detectable": (detectable(c, stdev(r.diffs), len(r.diffs))
+            "detectable": (detectable(c.expect, stdev(r.diffs), len(r.diffs))
                            if len(r.diffs) >= 2 else None),
             "seeds": r.seeds, "diffs": r.diffs,
             "dropped": {str(k): v for k, v in r.dropped.items()}}

@@ -214,6 +214,20 @@ def minimum_detectable_effect(sd: float, n: int, alpha: float = ALPHA,
                  * sd / math.sqrt(n))
 
 
+def check_power(expect: Expect) -> float:
+    """The power each one-sided test of a check needs for the check to have :data:`POWER`: a
+    "similar" check is decided by two (TOST), each at 90% when there is no true difference;
+    any other by one."""
+    return 0.90 if expect == "similar" else POWER
+
+
+def detectable(expect: Expect, sd: float, n: int) -> float:
+    """What ``n`` paired seeds with spread ``sd`` show 80% of the time: the minimum detectable
+    effect of a direction or "not_lower"; for "similar" the narrowest margin TOST shows at no
+    true difference."""
+    return minimum_detectable_effect(sd, n, power=check_power(expect))
+
+
 def seeds_for_power(sd: float, effect: float, alpha: float = ALPHA, power: float = POWER,
                     most: int = 200) -> int:
     """The fewest paired seeds (at least 3) at which :func:`minimum_detectable_effect` is at

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import metric_names as mn
-from trainer.ablation_stats import POWER, minimum_detectable_effect, seeds_for_power
+from trainer.ablation_stats import check_power, detectable, seeds_for_power
 from trainer.ablations import ABLATIONS, LABELS, PROFILES, Ablation, Check
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -180,15 +180,7 @@ def required_seeds(check: Check, power: Power) -> int:
     """The seeds a check needs for 80% power at its smallest effect of interest: a direction or
     "not_lower" (the truth at the margin's edge for the latter) at one-sided 5%; "similar" (TOST
     with no true difference: each side needs 90%)."""
-    return seeds_for_power(power.sd, power.effect, power=0.90 if check.expect == "similar"
-                           else POWER)
-
-
-def detectable(check: Check, sd: float, n: int) -> float:
-    """What ``n`` paired seeds with spread ``sd`` can show 80% of the time: the minimum
-    detectable effect of a direction or "not_lower"; for "similar" the narrowest margin TOST
-    shows at no true difference (each side at 90%)."""
-    return minimum_detectable_effect(sd, n, power=0.90 if check.expect == "similar" else POWER)
+    return seeds_for_power(power.sd, power.effect, power=check_power(check.expect))
 
 
 def design(ablation: Ablation) -> dict[str, Any]:
@@ -268,7 +260,7 @@ def render() -> str:
             out += [f"**{role.capitalize()}:** {c.describe()}. Smallest effect of interest "
                     f"{pw.effect:g}; expected sd of the paired differences {pw.sd:g} ({pw.source})"
                     f"; {need} seeds give 80% power; at the {p.seeds} registered, {what} is "
-                    f"{detectable(c, pw.sd, p.seeds):.3g}.", ""]
+                    f"{detectable(c.expect, pw.sd, p.seeds):.3g}.", ""]
         if p.dose is not None:
             d = p.dose
             out += [f"**Dose, found first:** {d.rule()}. The "
