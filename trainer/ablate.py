@@ -347,12 +347,11 @@ class Driver:
                 for name in dose_plan.arms or [v.name for v in self.variants]:
                     self.dose_overrides[name] = {dose_plan.knob: dose["chosen"]}
         models: dict[int, Path] = {}
+        if self.variants and self.profile.warm_start_per_seed:
+            models = {seed: self.warm_start(seed) for seed in self.seeds}
+        elif self.variants:
+            models = dict.fromkeys(self.seeds, self.warm_start(0))
         outcomes: list[RunOutcome] = []
-        for seed in self.seeds if self.variants else []:
-            if self.profile.warm_start_per_seed or not models:
-                models[seed] = self.warm_start(seed if self.profile.warm_start_per_seed else 0)
-            else:
-                models[seed] = next(iter(models.values()))
         for variant in self.variants:
             for seed in self.seeds:
                 print(f"[{self.ablation.name}] {variant.name} seed {seed} ...", flush=True)
