@@ -29,3 +29,14 @@ def test_every_part_is_in_the_shipped_file() -> None:
     for part in build.PARTS:
         assert f"# {part}\n" in text
     assert "def main():" in text and 'if __name__ == "__main__":' in text
+
+
+def test_shipped_harness_says_it_is_generated_in_its_first_lines() -> None:
+    """Anyone opening harness.py reads first that it is generated, from what and how, and is not
+    edited by hand; the header comes from the generator, so regenerating keeps it."""
+    head = "\n".join(harness_source().decode().splitlines()[:6])
+    assert head.startswith(build.generated_header().rstrip("\n"))
+    assert "DO NOT EDIT BY HAND" in head and "python -m verifier.harness.build" in head
+    for part in build.PARTS:
+        assert part in head
+    assert ast.get_docstring(ast.parse(harness_source())), "the docstring is still the module's"
