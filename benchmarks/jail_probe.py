@@ -6,9 +6,9 @@ paths it can write, and the errno of each syscall the policy's seccomp filter de
 few that the missing capabilities deny). Its input files, when given, are ``/tmp/in.txt`` and
 ``/tmp/in.bin``.
 
-bench_jail_floor.py runs it in an nsjail jail and in a zygote jail and stops when they differ:
-the zygote's numbers stand for a forkserver only while its jails are nsjail's. Run by the jail's
-``python3 -I -S``; x86-64 syscall numbers.
+What it is for today: tests/test_forkserver.py runs it in an nsjail jail and in a forkserver
+(zygote) jail and asserts that both see the same, so the forkserver's jails stay nsjail's. Run by
+the jail's ``python3 -I -S``; x86-64 syscall numbers.
 """
 import ctypes
 import json
