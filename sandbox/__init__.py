@@ -18,6 +18,9 @@ import logging
 from typing import Any, Literal, get_args
 
 from .base import (
+    JailCapacity,
+    JailStarts,
+    MemoryAccounting,
     RunResult,
     Sandbox,
     SandboxLimits,
@@ -25,18 +28,32 @@ from .base import (
     StdoutHook,
 )
 from .docker_backend import DockerSandbox
+from .forkserver import WarmEntry
+from .jails import ForkserverChoice, JailRequest, backend_options, plan_jails
 from .nsjail import NsjailSandbox
+from .scratch import OwnedDir, sweep_dead
 from .unsafe import WARNING, UnsafeSandbox
 
+# The sandbox's one front door: the verifier imports these names from ``sandbox`` and nothing
+# from its modules (tests/test_layers.py holds it to that).
 __all__ = [
     "KINDS",
+    "ForkserverChoice",
+    "JailCapacity",
+    "JailRequest",
+    "JailStarts",
+    "MemoryAccounting",
+    "OwnedDir",
     "RunResult",
     "Sandbox",
     "SandboxKind",
     "SandboxLimits",
     "SandboxUnavailable",
     "StdoutHook",
+    "WarmEntry",
     "create_sandbox",
+    "plan_jails",
+    "sweep_dead",
 ]
 
 SandboxKind = Literal["nsjail", "docker", "unsafe-none"]
@@ -49,15 +66,28 @@ def create_sandbox(
     kind: SandboxKind = "nsjail",
     *,
     self_test: bool = True,
+    jails: JailRequest | None = None,
     **options: Any,
 ) -> Sandbox:
     """Build a sandbox backend and run its self-test (unless ``self_test=False``).
 
+    ``jails``: what the caller wants of its jails (runs at once, forkserver, pre-started
+    jails); the way to start them is chosen here (``plan_jails``: ValueError on a
+    contradiction) and the sandbox's ``starts`` says what it got. Without it, nsjail takes
+    ``warm`` and ``forkserver`` as given (default: cold jails).
+
     Options: nsjail: ``binary``, ``config``, ``python``, ``cgroup`` ("auto"/"v2"/"v1"/"off"),
-    ``packages`` (a directory of extra importable packages, default ``.sandbox-packages``);
-    docker: ``image``, ``python``, ``base_url``, ``runtime``; unsafe-none: ``python``.
+    ``packages`` (a directory of extra importable packages, default ``.sandbox-packages``),
+    ``uids``, ``warm``, ``forkserver``; docker: ``image``, ``python``, ``base_url``,
+    ``runtime``; unsafe-none: ``python``.
     Raises SandboxUnavailable (with the reason) when it cannot run programs safely here.
     """
+    if jails is not None:
+        given = sorted({"warm", "forkserver"} & options.keys())
+        if given:
+            raise ValueError(f"give the jails' start-up as jails=JailRequest(...) or as "
+                             f"options, not both ({', '.join(given)})")
+        options = {**options, **backend_options(kind, plan_jails(kind, jails), jails.entry)}
     if kind == "nsjail":
         sb: Sandbox = NsjailSandbox(**options)
     elif kind == "docker":

@@ -1,5 +1,5 @@
 """The one small interface every sandbox backend implements, and the helpers they share (the
-process plumbing is sandbox/process.py).
+process plumbing is sandbox/process.py; reading the policy file, sandbox/policy_reader.py).
 
 A backend runs ``argv`` with some bytes on stdin, a few read-only input files in its private
 scratch directory, and limits; it returns a :class:`RunResult` (exit status, signal, bounded
@@ -14,24 +14,21 @@ the process and everything it started are killed and reaped before ``run`` retur
 from __future__ import annotations
 
 import math
-import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
 __all__ = [
     "CLOSED",
-    "POLICY_FILE",
+    "JailCapacity",
+    "JailStarts",
+    "MemoryAccounting",
     "RunResult",
     "Sandbox",
     "SandboxLimits",
     "SandboxUnavailable",
     "StdoutHook",
     "check_file_name",
-    "policy_environment",
-    "policy_rlimits",
 ]
 
 RunStatus = Literal["ok", "timeout", "memory", "output_limit", "signal", "stopped", "error"]
@@ -53,61 +50,6 @@ CLOSED = "cancelled: the sandbox was closed"
 """``RunResult.detail`` of a run that ``close()`` killed, or that was asked for after it."""
 
 
-POLICY_FILE = Path(__file__).with_name("policy") / "nsjail.cfg"
-"""THE sandbox policy (sandbox/README.md). nsjail loads it with ``--config``; the docker backend
-reads its fixed rlimits (``policy_rlimits``), so both backends hold the same ones."""
-
-PER_RUN_RLIMITS = ("as", "cpu", "fsize", "nproc")
-"""The rlimits that come from :class:`SandboxLimits`, per run: on nsjail's command line
-(``--rlimit_as/cpu/fsize/nproc``) and docker's ulimits/cgroups. The policy file must not state
-them (nor ``time_limit``): a value there never took effect, the command line overrides it."""
-
-# The fixed rlimits the policy file may state, and the unit nsjail reads each in (its
-# config.proto): the kernel's limit is value x unit. Docker's ulimit of the same name takes the
-# kernel's unit (bytes or a count).
-_POLICY_RLIMIT_UNITS = {
-    "core": 1 << 20,  # MiB
-    "nofile": 1,
-    "memlock": 1 << 10,  # KiB
-    "msgqueue": 1,  # bytes
-    "rtprio": 1,
-    "stack": 1 << 20,  # MiB
-}
-_RLIMIT_LINE = re.compile(r"^[ \t]*rlimit_([a-z]+)(_type)?[ \t]*:[ \t]*(\w+)[ \t]*(?:#.*)?$",
-                          re.MULTILINE)
-
-
-def policy_rlimits(path: str | os.PathLike = POLICY_FILE) -> dict[str, int]:
-    """The fixed rlimits of the policy file, ``{name: kernel value}`` (bytes or a count), named
-    as RLIMIT_<NAME> and docker's ulimits are (``nofile``, ``core``, ``memlock``, ...). Lines
-    ``rlimit_X_type: ...`` are nsjail's own business and skipped. Raises ValueError on a per-run
-    rlimit (``PER_RUN_RLIMITS``) or one whose unit is not known here: a limit stated in the file
-    must mean the same thing for every backend."""
-    found: dict[str, int] = {}
-    for name, is_type, value in _RLIMIT_LINE.findall(Path(path).read_text()):
-        if name in PER_RUN_RLIMITS:
-            raise ValueError(
-                f"{path}: rlimit_{name} is per run (SandboxLimits, on the command line); "
-                "the policy file must not state it"
-            )
-        if name not in _POLICY_RLIMIT_UNITS:
-            raise ValueError(f"{path}: rlimit_{name} has no known unit in sandbox/base.py")
-        if not is_type:
-            found[name] = int(value) * _POLICY_RLIMIT_UNITS[name]
-    return found
-
-
-_ENVAR_LINE = re.compile(r'^[ \t]*envar[ \t]*:[ \t]*"([A-Za-z_][A-Za-z0-9_]*)=([^"]*)"[ \t]*(?:#.*)?$',
-                         re.MULTILINE)
-
-
-def policy_environment(path: str | os.PathLike = POLICY_FILE) -> dict[str, str]:
-    """The environment the policy file gives a sandboxed program (its ``envar: "K=V"`` lines;
-    nsjail passes nothing of the host's, ``keep_env: false``): the docker and unsafe-none
-    backends start their programs with the same one."""
-    return dict(_ENVAR_LINE.findall(Path(path).read_text()))
-
-
 class SandboxUnavailable(Exception):
     """The sandbox cannot run programs here; the message says why (from the self-test)."""
 
@@ -119,7 +61,7 @@ class SandboxLimits:
     The only source of every per-run limit: each backend puts them on its own command line or
     container config (nsjail: ``--time_limit``, ``--rlimit_as/cpu/fsize/nproc``, the scratch
     tmpfs, the cgroup limits), never in the policy file, which states only the fixed rlimits
-    (``policy_rlimits``).
+    (``policy_reader.policy_rlimits``).
 
     - ``wall_s``: wall-clock deadline of the whole run (enforced by the caller, and by the
       backend as a backstop).
@@ -184,6 +126,46 @@ class RunResult:
     stderr_truncated: bool = False
 
 
+MemoryAccounting = Literal["jail", "process"]
+"""How a sandbox bounds a program's memory (``Sandbox.memory_accounting``). "jail": the whole
+jail's memory (a cgroup or a container's limit), so a SIGKILL that nobody outside sent is that
+limit's OOM kill, and the judge may call it "memory"; "process": each process's address space
+only (RLIMIT_AS), so a SIGKILL is just a signal (the judge must not guess "memory")."""
+
+
+@dataclass(frozen=True)
+class JailCapacity:
+    """How many jails a sandbox can run at once (``Sandbox.capacity``)."""
+
+    jails: int | None = None
+    """Jails at once, its pre-started ones included; None: no bound of its own."""
+    waiting: int = 0
+    """How many of ``jails`` its pre-started jails may hold while they wait for their samples."""
+    waiting_note: str = ""
+    """Those waiting jails in words, for messages ("2 pre-started jails for each of ...")."""
+    bound: str = ""
+    """What bounds ``jails``, and how to raise it, for messages."""
+
+    def shortfall(self, runs: int) -> str | None:
+        """Why ``runs`` jails at once, besides the waiting ones, do not fit ("3 exceeds the
+        ..."); None when they do."""
+        if self.jails is None or runs + self.waiting <= self.jails:
+            return None
+        plus = f" plus {self.waiting_note}" if self.waiting else ""
+        return f"{runs}{plus} exceeds {self.bound}"
+
+
+@dataclass(frozen=True)
+class JailStarts:
+    """How a sandbox starts its jails (``Sandbox.starts``; chosen by ``sandbox.plan_jails``):
+    the judge's harness forked from a zygote (``forkserver``, sandbox/forkserver.py), or
+    ``warm_per_key`` jails pre-started per jail command (sandbox/warm.py), else each jail when
+    its run arrives (both zero: a cold start per run)."""
+
+    forkserver: bool = False
+    warm_per_key: int = 0
+
+
 @runtime_checkable
 class Sandbox(Protocol):
     """A place to run untrusted programs. Implementations: nsjail (default), docker,
@@ -194,6 +176,23 @@ class Sandbox(Protocol):
     """Path of a Python 3 interpreter *inside* the sandbox (the judge's harness runs on it)."""
     isolated: bool
     """True when programs cannot see the host or each other (False only for unsafe-none)."""
+    packages_path: str | None
+    """Where the extra importable packages (numpy) are inside the sandbox; None: none there."""
+
+    @property
+    def memory_accounting(self) -> MemoryAccounting:
+        """What bounds a program's memory here (valid once the self-test has run)."""
+        ...
+
+    @property
+    def capacity(self) -> JailCapacity:
+        """How many jails it can run at once."""
+        ...
+
+    @property
+    def starts(self) -> JailStarts:
+        """How it starts its jails (what ``create_sandbox`` chose for it)."""
+        ...
 
     def run(
         self,

@@ -1,23 +1,121 @@
 """The host's cgroups, as the nsjail backend uses them: which hierarchy (v2, v1) and which
-controllers (memory, pids, cpu) this process can hand to its jails, and the nsjail arguments
-that put every jail under them.
+controllers (memory, pids, cpu) this process can hand to its jails, the nsjail arguments
+that put every jail under them, and the choice among them (``choose``: a ``CgroupSetup``).
 
 Each ``*_args`` function prepares the host side (a ``magic-rlvr-sandbox`` cgroup inside this
 process's own, so that jails are charged there instead of escaping to the root; empty cgroups
 of killed nsjail processes swept) and returns the arguments, with ``{MEM}`` and ``{PIDS}``
 standing for the per-run limits, or None when the host does not offer that hierarchy or its
 controllers; an OSError says what the host refused. Whether a jail actually starts and is
-bounded under them is the nsjail backend's check (``NsjailSandbox._check_cgroup``), which
-runs a jail.
+bounded under them is checked by running one (``choose``'s ``check``: the nsjail backend
+runs ``PROBE_PROGRAM`` under the arguments filled with ``PROBE_MEM_BYTES`` and
+``PROBE_PIDS``, and ``judge_probe`` reads what it printed).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
-from .base import JAIL_CPU_MS_PER_SEC
+from .base import JAIL_CPU_MS_PER_SEC, SandboxUnavailable
+
+log = logging.getLogger(__name__)
 
 CGROUP_DIR_NAME = "magic-rlvr-sandbox"
+
+PREFERENCES: tuple[str, ...] = ("auto", "v2", "v1", "off")
+"""What a backend may ask for: the first that works of v2 then v1 ("auto"), one of them, or none."""
+_ORDER = {"auto": ("v2", "v1"), "v2": ("v2",), "v1": ("v1",), "off": ()}
+
+PROBE_MEM_BYTES = 48 << 20
+"""The memory cap of the jail that checks a cgroup setup: its 200 MB allocation must be killed."""
+PROBE_PIDS = 8
+PROBE_PROGRAM = "print('up', flush=True); b = bytearray(200 << 20); print('alive')"
+
+
+@dataclass(frozen=True)
+class CgroupSetup:
+    """The cgroup limits a backend puts its jails under, as ``choose`` found them.
+
+    ``mode``: "v2", "v1" or "off" (rlimits only; "probe" while a setup is being checked);
+    ``args``: the nsjail arguments, ``{MEM}`` and ``{PIDS}`` standing for the per-run limits;
+    ``note``: why the mode is "off", or what is missing (the CPU cap), for ``describe()``;
+    ``cpu_cap``: the jails' CPU cap (JAIL_CPU_MS_PER_SEC) is in force."""
+
+    mode: str = "off"
+    args: tuple[str, ...] = ()
+    note: str = "not probed yet"
+    cpu_cap: bool = False
+
+
+def probe_args(args: list[str]) -> list[str]:
+    """Cgroup arguments with the checking jail's tiny limits (PROBE_MEM_BYTES, PROBE_PIDS)."""
+    return [a.replace("{MEM}", str(PROBE_MEM_BYTES)).replace("{PIDS}", str(PROBE_PIDS))
+            for a in args]
+
+
+CgroupCheck = Callable[[list[str]], tuple[bool, str]]
+"""Runs a jail under these cgroup arguments (placeholders unfilled): (bounded, why not)."""
+
+
+def choose(preference: str, check: CgroupCheck) -> CgroupSetup:
+    """The first cgroup mode by ``preference`` whose arguments a jail starts and is bounded
+    under (``check``), with the CPU cap where the host's cpu controller takes it; else rlimits
+    only, refused (SandboxUnavailable) when v1 or v2 was asked for."""
+    notes = []
+    for mode in _ORDER[preference]:
+        try:
+            args = v2_args() if mode == "v2" else v1_args()
+        except OSError as e:
+            notes.append(f"{mode}: {e}")
+            continue
+        if args is None:
+            notes.append(f"{mode}: not available")
+            continue
+        ok, why = check(args)
+        if ok:
+            return _with_cpu_cap(CgroupSetup(mode, tuple(args), ""), check)
+        notes.append(f"{mode}: {why}")
+    note = "; ".join(notes) or "disabled"
+    if preference not in ("auto", "off"):
+        raise SandboxUnavailable(f"cgroup {preference} requested but unusable: {note}")
+    if preference == "auto":
+        log.warning(
+            "sandbox: no usable cgroup (%s); falling back to rlimits only: total memory of a "
+            "jail is bounded by max_procs x memory_mb, not memory_mb",
+            note,
+        )
+    return CgroupSetup("off", (), note)
+
+
+def _with_cpu_cap(setup: CgroupSetup, check: CgroupCheck) -> CgroupSetup:
+    """``setup`` with the CPU cap (JAIL_CPU_MS_PER_SEC) when the host's cpu controller takes
+    it; without one the jails keep their memory and pids limits and the cap is reported
+    missing (``cpu_cap``, ``note``), never a reason to fail."""
+    try:
+        extra = cpu_v1_args() if setup.mode == "v1" else None
+    except OSError as e:
+        return replace(setup, note=f"no CPU cap: {e}")
+    if extra is None:
+        return replace(setup, note="no CPU cap: no cpu controller to use")
+    args = [*setup.args, *extra]
+    ok, why = check(args)
+    if ok:
+        return replace(setup, args=tuple(args), cpu_cap=True)
+    return replace(setup, note=f"no CPU cap: {why}")
+
+
+def judge_probe(stdout: bytes, errors: str) -> tuple[bool, str]:
+    """Whether the jail that ran ``PROBE_PROGRAM`` under a setup was bounded by it: it must
+    have started (``errors``: what nsjail said when it did not), and its allocation must have
+    been killed."""
+    if b"up" not in stdout:
+        return False, f"jail does not start with cgroup limits ({errors})"
+    if b"alive" in stdout:
+        return False, "memory limit does not bite"
+    return True, ""
 
 
 def v1_args() -> list[str] | None:

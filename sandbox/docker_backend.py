@@ -5,7 +5,7 @@ at /tmp (the working directory), uid/gid 65534, all capabilities dropped, no-new
 memory (and memory+swap) limit, pids limit, one core of CPU for the container (as nsjail's
 ``JAIL_CPU_MS_PER_SEC``), rlimits for CPU time and file size (per run, from ``SandboxLimits``),
 the fixed rlimits of nsjail's policy file read from that file (open files, core dumps, locked
-memory, message queues, real-time priority: ``sandbox.base.policy_rlimits``, so the two
+memory, message queues, real-time priority: ``sandbox.policy_reader.policy_rlimits``, so the two
 backends cannot drift), and the wall deadline enforced from here (the container is killed and
 removed).
 
@@ -35,15 +35,17 @@ from typing import Any
 from .base import (
     CLOSED,
     JAIL_CPU_MS_PER_SEC,
+    JailCapacity,
+    JailStarts,
+    MemoryAccounting,
     RunResult,
     SandboxLimits,
     SandboxUnavailable,
     StdoutHook,
     ceil_s,
     check_file_name,
-    policy_environment,
-    policy_rlimits,
 )
+from .policy_reader import policy_environment, policy_rlimits
 from .process import OutputSink
 
 _BOOT = (
@@ -193,6 +195,11 @@ def _shut(sock: socket.socket) -> None:
 class DockerSandbox:
     name = "docker"
     isolated = True
+    packages_path: str | None = None  # the image's own packages only
+    # The container's memory limit bounds the whole jail: an OOM kill inside is that limit.
+    memory_accounting: MemoryAccounting = "jail"
+    capacity = JailCapacity()  # no identities of its own to run out of: the engine's limits
+    starts = JailStarts()  # a container per run, started when the run arrives
 
     def __init__(
         self,

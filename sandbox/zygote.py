@@ -90,6 +90,44 @@ RLIMITS = {  # the per-run ones come with each request; these are the policy fil
     "memlock": resource.RLIMIT_MEMLOCK, "msgqueue": resource.RLIMIT_MSGQUEUE,
     "rtprio": resource.RLIMIT_RTPRIO, "stack": resource.RLIMIT_STACK,
 }
+RUN_RLIMITS = {  # a request's "rlimits" (kernel values: bytes, seconds, a count)
+    "as": resource.RLIMIT_AS, "cpu": resource.RLIMIT_CPU,
+    "fsize": resource.RLIMIT_FSIZE, "nproc": resource.RLIMIT_NPROC,
+}
+REQUEST = {
+    "uid": (),  # the run's outside uid (the verifier's pool's)
+    "entry": (),  # the harness's file name among the run's files
+    "argv": (),  # what to exec, or None: the loaded harness's main() runs
+    "files": (),  # the run's input files: [(staged name, name in /tmp)]
+    "backstop_s": (),  # seconds after which the zygote kills the jail (nsjail's --time_limit)
+    "rlimits": tuple(RUN_RLIMITS),
+    "scratch": (),  # the /tmp tmpfs's mount data, "size=N,nr_inodes=M" (nsjail's -m)
+    "cgroup": ("mem", "pids", "cpu_quota_us"),  # the values of the cgroup files' templates
+}
+"""The keys of a run's request, declared here, where it is read (sandbox/jail_spec.py renders
+it; tests/test_jail_spec.py checks that the two agree): key -> the keys of its value when that
+is a dict, else (). The zygote refuses a request with a key missing or unknown before it forks
+(``check_request``)."""
+
+
+def check_keys(value, keys, where):
+    if type(value) is not dict:
+        raise ValueError(f"{where.rstrip('.') or 'the request'} is not a dict but a "
+                         f"{type(value).__name__}")
+    for key in keys:
+        if key not in value:
+            raise ValueError(f"missing key {where + key!r}")
+    for key in value:
+        if key not in keys:
+            raise ValueError(f"unknown key {where + str(key)!r}")
+
+
+def check_request(req):
+    """Raise ValueError naming the first key of ``req`` that is missing or unknown (REQUEST)."""
+    check_keys(req, REQUEST, "")
+    for key, keys in REQUEST.items():
+        if keys:
+            check_keys(req[key], keys, key + ".")
 
 
 WARM_UP_SOURCE = "n = int(input())\nprint(n + 1)\n"
@@ -424,6 +462,7 @@ class Zygote:
             req = marshal.loads(msg)
             if len(fds) != 4:
                 raise ValueError(f"a request carries 4 descriptors, got {len(fds)}")
+            check_request(req)  # before the fork: a run with a key missing costs only itself
             backstop = time.monotonic() + float(req["backstop_s"])
         except (ValueError, TypeError, KeyError, EOFError) as e:
             if report >= 0:
@@ -536,9 +575,7 @@ class Zygote:
             write_at(self.proc_fd, f"self/{f}", v)
         js.set_dumpable(False)
         js.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
-        lim = req["limits"]
-        mount("none", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
-              f"size={lim['scratch_bytes']},nr_inodes={lim['scratch_files']}")
+        mount("none", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, req["scratch"])
         for src, dst in req["files"]:  # the run's input files, read-only at /tmp/<name>
             # Copied in (a bind needs the staging directory's path, which the root does not
             # have), then bound onto themselves read-only: this mount namespace is the jail's,
@@ -553,10 +590,9 @@ class Zygote:
         for target, fd in ((0, stdin_fd), (1, stdout_fd), (2, stderr_fd)):
             os.dup2(fd, target)
         os.closerange(3, 1 << 20)  # the zygote's socket, /proc and cgroup dirs: none stays
-        lim = req["limits"]
-        for rl, value in ((resource.RLIMIT_AS, lim["as"]), (resource.RLIMIT_CPU, lim["cpu"]),
-                          (resource.RLIMIT_FSIZE, lim["fsize"]),
-                          (resource.RLIMIT_NPROC, lim["nproc"]), *self.fixed_rlimits.items()):
+        for name, value in req["rlimits"].items():  # the run's: RUN_RLIMITS' names only
+            resource.setrlimit(RUN_RLIMITS[name], (value, value))
+        for rl, value in self.fixed_rlimits.items():
             resource.setrlimit(rl, (value, value))
         os.chdir(self.cfg["cwd"])
         enter_seccomp(self.bpf)

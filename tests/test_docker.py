@@ -39,7 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 pytest.importorskip("docker", reason="the docker Python SDK is not installed (make setup)")
 
 from sandbox import SandboxLimits, SandboxUnavailable, create_sandbox
-from sandbox.base import policy_environment, policy_rlimits
+from sandbox.policy_reader import policy_environment, policy_rlimits
 from scripts import docker_engine as de
 from tests.conftest import ServerProcess, math_item
 from tests.conftest_docker import (  # noqa: F401 - docker_env is a fixture
@@ -341,7 +341,7 @@ def test_docker_backend_isolation(sb) -> None:
 
 
 def test_docker_backend_fixed_rlimits_are_the_policy_files(sb) -> None:
-    """The fixed rlimits come from nsjail's policy file (sandbox.base.policy_rlimits), as
+    """The fixed rlimits come from nsjail's policy file (sandbox.policy_reader.policy_rlimits), as
     nsjail's jails have them (tests/test_sandbox.py)."""
     fixed = policy_rlimits()
     probe = "import resource as r\nprint({n: r.getrlimit(getattr(r, 'RLIMIT_' + n.upper())) " \

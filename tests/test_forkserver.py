@@ -24,8 +24,8 @@ from tests.conftest_sandbox import (  # noqa: F401
     respond,
 )
 from sandbox import SandboxLimits, create_sandbox
-from sandbox.forkserver import PLACEMENT_VIEW, WarmEntry, cgroup_files, policy_mounts
-from sandbox.base import POLICY_FILE
+from sandbox.forkserver import PLACEMENT_VIEW, WarmEntry
+from sandbox.policy_reader import POLICY_FILE, cgroup_files, policy_mounts
 from verifier.code_score import score_code
 from verifier.harness import harness_source
 from verifier.harness_files import HARNESS_FILE, HARNESS_PYC

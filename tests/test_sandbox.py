@@ -18,9 +18,10 @@ import pytest
 
 from sandbox import RunResult, Sandbox, SandboxLimits, SandboxUnavailable, create_sandbox, uidpool
 from sandbox import scratch
-from sandbox.base import CLOSED, PER_RUN_RLIMITS, policy_environment, policy_rlimits
+from sandbox.base import CLOSED
+from sandbox.policy_reader import PER_RUN_RLIMITS, POLICY_FILE, policy_environment, policy_rlimits
 from sandbox.docker_backend import ulimits as docker_ulimits
-from sandbox.nsjail import FILES_DIR_PREFIX, POLICY_FILE, SANDBOX_UID, NsjailSandbox
+from sandbox.nsjail import FILES_DIR_PREFIX, SANDBOX_UID, NsjailSandbox
 from tests.conftest_sandbox import (  # noqa: F401 (fixtures)
     PROJECT_ROOT,
     _ours,

@@ -679,8 +679,9 @@ def _plan(
     memory_mb = int(limits.memory_mb or profile.memory_mb)
     timeout = item_timeout(limits, spec.total, tt, profile.sample_budget)
     stop_on_fail = not limits.run_all_tests
-    oom_is_memory = getattr(sandbox, "cgroup_mode", "off") != "off" or sandbox.name == "docker"
-    packages = getattr(sandbox, "packages_path", None)
+    # A SIGKILL nobody sent is the memory limit only where the whole jail's memory is bounded.
+    oom_is_memory = sandbox.memory_accounting == "jail"
+    packages = sandbox.packages_path
     if profile.numpy and not packages:
         return Outcome(
             Status.SANDBOX_ERROR,

@@ -213,7 +213,7 @@ def run_program(sandbox: Sandbox, req: RunRequest) -> RunResult:
     main = _main_name(req.files)
     spec = {"files": [*req.files, (main, req.code.encode("utf-8", "surrogatepass"))],
             "main": main, "python": sandbox.python,
-            "path": getattr(sandbox, "packages_path", None) or ""}
+            "path": sandbox.packages_path or ""}
     header = marshal.dumps(spec, 4)
     files_mb = sum(len(d) for _, d in req.files) >> 20
     limits = SandboxLimits(wall_s=req.run_timeout_s, cpu_s=req.run_timeout_s,

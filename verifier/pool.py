@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Callable
 
-from sandbox.scratch import OwnedDir, sweep_dead
+from sandbox import OwnedDir, sweep_dead
 from verifier.descriptors import fd_shortage, unavailable
 from verifier.items import VerifierError
 

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import time
 from concurrent.futures import CancelledError, Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Callable, Iterable, TypeVar
 
-from sandbox import SandboxKind, SandboxUnavailable, create_sandbox
-from sandbox.forkserver import WarmEntry
-from sandbox.warm import MAX_KEYS as MAX_WARM_KEYS
+from sandbox import (JailRequest, Sandbox, SandboxKind, SandboxUnavailable, WarmEntry,
+                     create_sandbox, plan_jails)
 from verifier.items import (Item, Limits, Outcome, Result, Status, VerifierError, unreadable,
                             validate_item)
 from verifier.code_score import MIN_MEMORY_MB, score_code
@@ -46,29 +44,19 @@ def _math_task(response: str, ground_truth: Any, limits: Limits, profile: str) -
     return score_math(response, ground_truth, limits, get_profile(profile))
 
 
+def jail_request(config: ScoringConfig, at_once: int) -> JailRequest:
+    """What the service asks of its sandbox's jails: ``at_once`` runs in flight (its code
+    slots), ``--forkserver`` serving the judge's harness, ``--warm-jails``. The sandbox chooses
+    how to start them (``sandbox.plan_jails``)."""
+    return JailRequest(at_once=at_once, forkserver=config.forkserver, warm=config.warm_jails,
+                       entry=WarmEntry((HARNESS_PYC, HARNESS_FILE), harness_source()))
+
+
 def use_forkserver(config: ScoringConfig) -> bool:
     """Whether the harness's jails are forked from a zygote (``--forkserver``): "auto" is on
     with nsjail, as root, unless pre-started jails are asked for (``--warm-jails``). A
-    contradiction is refused, naming the options."""
-    if config.forkserver == "on":
-        if config.sandbox != "nsjail":
-            raise ValueError(f"--forkserver on needs --sandbox nsjail, not {config.sandbox}")
-        if config.warm_jails:
-            raise ValueError("--forkserver on replaces the pre-started jails: give no "
-                             "--warm-jails (or --forkserver off)")
-        if os.geteuid() != 0:
-            raise ValueError("--forkserver on needs a service running as root (the zygote "
-                             "makes its jails' namespaces and uid changes itself); without "
-                             "root, --forkserver off (nsjail's file capabilities)")
-        return True
-    if config.forkserver == "off":
-        return False
-    if config.forkserver != "auto":
-        raise ValueError(f"--forkserver is auto, on or off, not {config.forkserver!r}")
-    # The zygote makes its jails' namespaces, mounts, cgroups and uid changes itself, and reads
-    # nsjail's seccomp filter with ptrace: root's work. A service without root (the verifier
-    # image's user) has nsjail's file capabilities only, and pre-started jails.
-    return config.sandbox == "nsjail" and config.warm_jails is None and os.geteuid() == 0
+    contradiction is refused, naming the options (``sandbox.plan_jails`` decides)."""
+    return plan_jails(config.sandbox, jail_request(config, 1)).forkserver
 
 
 class Scorer:
@@ -79,7 +67,7 @@ class Scorer:
     (docs/verifier.md 3). It is a side channel for metrics and benchmarks: never part of the
     Result."""
 
-    def __init__(self, config: ScoringConfig, sandbox: Any | None = None):
+    def __init__(self, config: ScoringConfig, sandbox: Sandbox | None = None):
         if config.max_output_mb < 1:
             raise ValueError(f"max_output_mb must be at least 1, got {config.max_output_mb}")
         self.config = config
@@ -95,11 +83,11 @@ class Scorer:
         # deadline, never on the server's threads (a program chooses its output: a hash-flooded
         # set, millions of numbers). One per code thread, so a comparison never queues.
         code_slots = config.code_concurrency or config.workers
-        if config.warm_jails is not None and config.warm_jails < 0:
-            raise ValueError(f"warm_jails must be 0 or more (or None), got {config.warm_jails}")
-        self.forkserver = use_forkserver(config)
-        self.warm_per_key = (0 if self.forkserver else
-                             code_slots if config.warm_jails is None else config.warm_jails)
+        # How the jails start (forkserver, pre-started, cold) is the sandbox's choice; a
+        # contradiction in the options is refused here, before the sandbox starts, and with a
+        # sandbox passed in alike (``plan_jails``, ValueError naming the options).
+        request = jail_request(config, code_slots)
+        planned = plan_jails(config.sandbox, request)
         self._compare_pool = DeadlinePool(
             code_slots,
             max_pending=code_slots,
@@ -123,29 +111,20 @@ class Scorer:
             options: dict[str, Any] = {}
             if config.sandbox == "docker":
                 options["image"] = config.docker_image
-            elif config.sandbox == "nsjail":
-                options["warm"] = self.warm_per_key
-                if self.forkserver:
-                    options["forkserver"] = WarmEntry((HARNESS_PYC, HARNESS_FILE),
-                                                      harness_source())
-            self.sandbox, self.sandbox_problem = open_sandbox(config.sandbox, **options)
+            self.sandbox, self.sandbox_problem = open_sandbox(config.sandbox, jails=request,
+                                                              **options)
+        # What the sandbox got (one passed in was set up by its caller).
+        starts = self.sandbox.starts if self.sandbox is not None else planned
+        self.forkserver, self.warm_per_key = starts.forkserver, starts.warm_per_key
         self._closed = False
-        pool = getattr(self.sandbox, "uid_pool", None)
-        # Pre-started jails hold a uid each while they wait (sandbox/warm.py).
-        warm = getattr(self.sandbox, "warm_per_key", 0)
-        uids_needed = code_slots + warm * MAX_WARM_KEYS
-        if pool is not None and pool.range.count < uids_needed:
-            # Every concurrent jail needs an outside uid of its own (sandbox/uidpool.py): with
-            # fewer, runs would wait for uids and then fail with SANDBOX_ERROR.
+        shortfall = self.sandbox.capacity.shortfall(code_slots) if self.sandbox else None
+        if shortfall is not None:
+            # Every concurrent jail needs what the sandbox has a bounded number of (nsjail: an
+            # outside uid, sandbox/uidpool.py): with fewer, runs would wait for one and then
+            # fail with SANDBOX_ERROR.
             self.close()
-            raise ValueError(
-                f"code concurrency {code_slots}"
-                + (f" plus {warm} pre-started jails for each of up to {MAX_WARM_KEYS} commands"
-                   if warm else "")
-                + f" exceeds the sandbox uid pool's "
-                f"{pool.range.count} uids ({pool.range}); give it more with MAGIC_SANDBOX_UIDS="
-                "BASE:COUNT or lower --code-concurrency / --warm-jails"
-            )
+            raise ValueError(f"code concurrency {shortfall} or lower --code-concurrency / "
+                             "--warm-jails")
         self._closed = False
 
     # -- public -------------------------------------------------------------------------
@@ -422,7 +401,7 @@ def _done(result: Result) -> Future:
     return f
 
 
-def open_sandbox(kind: SandboxKind, **options: Any) -> tuple[Any | None, str | None]:
+def open_sandbox(kind: SandboxKind, **options: Any) -> tuple[Sandbox | None, str | None]:
     """Create the sandbox and run its self-test. Returns ``(sandbox, None)`` or
     ``(None, why)``: with no working sandbox the service still scores math and answers every
     code item with SANDBOX_ERROR naming the reason (never an unsandboxed run)."""
