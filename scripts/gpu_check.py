@@ -395,7 +395,8 @@ def _reference_update(model: Path, optimizer) -> tuple[dict, dict, dict[str, flo
 
     from tests.ds_worker import make_batch
     from trainer import reference_step as ref
-    from trainer.backends.common import adamw_kwargs, load_causal_lm
+    from trainer.backends.common import adamw_kwargs
+    from trainer.backends.loading import load_causal_lm
 
     batch, _, adv = make_batch()
     net = load_causal_lm(model)

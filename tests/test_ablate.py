@@ -29,7 +29,7 @@ from trainer.ablation_stats import (
 )
 from trainer.ablations import ABLATIONS, LABELS, PROFILES, Ablation, Check, Variant, run_numbers
 from trainer.cli import main as cli_main
-from trainer.config import load_config
+from trainer.config import load_config, read_run_config
 from trainer.preregistration import plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -389,7 +389,7 @@ def test_a_variant_equal_to_another_ablations_finished_run_reuses_it(tiny_ablati
     summary = json.loads((out / "adv-mask" / "summary.json").read_text())
     none = summary["variants"]["none"]
     assert none["reused_from"] == {"0": "off-policy/runs/on-policy-s0"}
-    target = ab._config(twin)["magic"]["entropy_target"]
+    target = read_run_config(twin).magic.entropy_target
     assert none["per_seed"]["0"] == run_numbers(ab._rows(twin), target)  # the twin's numbers
     assert "$ " in (out / "adv-mask" / "logs" / "before-s0.log").read_text()  # it was trained
     assert "reused_from" not in summary["variants"]["before"]
@@ -494,9 +494,8 @@ def test_run_identity_ignores_the_place_and_nothing_else(tmp_path) -> None:
     base = ["data.train_files=[a.jsonl]", "data.eval_files=[b.jsonl]"]
     cfg = load_config(ab.BASE_CONFIG, [*base, "name=x", "output_dir=/one"])
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    written = ab._config(tmp_path)
     moved = load_config(ab.BASE_CONFIG, [*base, "name=y", "output_dir=/two"]).to_dict()
-    assert ab.run_identity(written) == ab.run_identity(moved)
+    assert ab._identity_of(tmp_path) == ab.run_identity(moved)
     other = load_config(ab.BASE_CONFIG, [*base, "magic.kl_coef=0.01"]).to_dict()
     assert ab.run_identity(other) != ab.run_identity(moved)
 

@@ -16,8 +16,8 @@ import torch
 from tests.ds_worker import LINEAR, make_batch
 from trainer import magic
 from trainer.backends import BackendConfig, OptimizerConfig, check_model_path, create_backend
-from trainer.backends import common
-from trainer.backends.common import UPDATE_METRIC_KEYS, target_logprobs, token_stats
+from trainer.backends.common import UPDATE_METRIC_KEYS
+from trainer.backends.forward import SplitForward, target_logprobs, token_stats
 from trainer.config_schema import field_docs
 from trainer.backends.torch_backend import TorchBackend
 from trainer.hf_utils import CheckpointError
@@ -196,7 +196,7 @@ def test_target_logprobs_chunked_equals_log_softmax_in_bf16_with_grad():
 
 
 def test_dropout_is_disabled_for_the_ratio():
-    from trainer.backends.common import disable_dropout
+    from trainer.backends.loading import disable_dropout
 
     class Attn(torch.nn.Module):
         attention_dropout = 0.1
@@ -620,7 +620,7 @@ def test_on_policy_update_runs_one_forward_per_micro_batch(model_dir, data):
     backend = TorchBackend(PLAIN, model_dir, LINEAR)
     calls = []
     split = backend._split
-    backend._split = common.SplitForward(
+    backend._split = SplitForward(
         lambda ids, attn, keep: calls.append(len(ids)) or split.body(ids, attn, keep),
         split.head)
     backend.update(batch, None, adv, whole(batch, 3), LossSettings())

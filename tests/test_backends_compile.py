@@ -18,7 +18,7 @@ import torch._dynamo
 
 from tests.ds_worker import LINEAR, make_batch
 from trainer.backends import BackendConfig
-from trainer.backends.common import compile_decoder_layers, token_stats
+from trainer.backends.forward import compile_decoder_layers, token_stats
 from trainer.backends.torch_backend import TorchBackend
 from trainer.interfaces import LossSettings, TokenBatch, UpdatePlan
 from trainer.tiny import save_tiny

@@ -120,7 +120,7 @@ def test_derived_objects():
                     entropy_mode="off")
     assert c.off_policy() == OffPolicyConfig(8, 64, 16, 2)
     assert MagicConfig(prompts_per_step=64, mini_batch_size=16, n_reuse=2, n_sgd=8)
-    ctrl = c.entropy_controller()
+    ctrl = AdaptiveEntropyController.from_config(c)
     assert isinstance(ctrl, AdaptiveEntropyController) and ctrl.mode == "off"
     sched = c.stage_schedule()
     assert isinstance(sched, StageSchedule) and sched.max_response_length == 8192
@@ -128,6 +128,8 @@ def test_derived_objects():
 
 def test_config_module_does_not_import_torch():
     code = ("import sys, trainer, trainer.config; c = trainer.config.MagicConfig(); "
-            "c.entropy_controller(); c.stage_schedule(); assert 'torch' not in sys.modules")
+            "from trainer.magic_controller import AdaptiveEntropyController; "
+            "AdaptiveEntropyController.from_config(c); c.stage_schedule(); "
+            "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True,
                    cwd=Path(__file__).resolve().parents[1])

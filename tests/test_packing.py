@@ -20,7 +20,7 @@ from tests.backend_fixtures import model_dir, one_torch_thread  # noqa: F401 (fi
 from tests.ds_worker import LINEAR, LOSS, PAD_ID, VOCAB, make_batch
 from trainer import metric_names as mn
 from trainer.backends import BackendConfig
-from trainer.backends.common import packed_token_stats, token_stats
+from trainer.backends.forward import packed_token_stats, token_stats
 from trainer.backends.packing import (
     balance_ranks,
     oversized_rows,

@@ -14,7 +14,8 @@ from tests.ds_worker import LINEAR, PAD_ID, VOCAB, make_batch
 from trainer import magic
 from trainer import reference_step as ref
 from trainer.backends import BackendConfig
-from trainer.backends.common import adamw_kwargs, load_causal_lm
+from trainer.backends.common import adamw_kwargs
+from trainer.backends.loading import load_causal_lm
 from trainer.backends.torch_backend import TorchBackend
 from trainer.interfaces import LossSettings, UpdatePlan
 

@@ -44,13 +44,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from trainer import metric_names as mn
 from trainer.ablate_report import DONE, build_summary, fmt, report_markdown, write_plots
 from trainer.ablations import ABLATIONS, LABELS, PROFILES, Ablation, Variant, run_numbers
 from trainer import preregistration
-from trainer.config import RunConfig, load_config
+from trainer.config import RunConfig, load_config, read_run_config
 from trainer.plot import read_metrics
 from trainer.provenance import code_commit, environment_records
 
@@ -504,26 +502,19 @@ def run_identity(config: dict[str, Any]) -> dict[str, Any]:
 def _identity_of(run_dir: Path) -> dict[str, Any] | None:
     """The run_identity of a run directory's config.yaml; None without one, or when this
     version no longer reads it (a run of another version is never the same run)."""
-    made = _config(run_dir)
-    try:
-        return run_identity(made) if made else None
-    except ValueError:
-        return None
-
-
-def _config(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "config.yaml"
-    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+    made = read_run_config(run_dir)
+    return run_identity(made.to_dict()) if made is not None else None
 
 
 def _reached_its_end(run_dir: Path, rows: Sequence[dict]) -> bool:
     """Whether a run directory's metrics rows reach the last step of its own config.yaml (and
     its final evaluation, when it evaluates): run_finished, with the run's own shape. False
-    without a config.yaml."""
-    cfg = _config(run_dir)
-    total = int(cfg.get("total_steps", 0))
-    with_eval = bool((cfg.get("eval") or {}).get("every_steps"))
-    return bool(total) and run_finished(rows, total, with_eval)
+    without a readable config.yaml."""
+    cfg = read_run_config(run_dir)
+    if cfg is None:
+        return False
+    return bool(cfg.total_steps) and run_finished(rows, cfg.total_steps,
+                                                  bool(cfg.eval.every_steps))
 
 
 def error_tail(log_file: Path, lines: int = 3) -> str:

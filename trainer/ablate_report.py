@@ -18,8 +18,6 @@ from pathlib import Path
 from statistics import mean, stdev
 from typing import Any
 
-import yaml
-
 from trainer import metric_names as mn
 from trainer.ablation_stats import (
     INCONCLUSIVE,
@@ -32,16 +30,12 @@ from trainer.ablation_stats import (
     secondary_verdicts,
 )
 from trainer.ablations import ABLATIONS, LABELS, Ablation, Check, Variant, run_numbers
+from trainer.config import read_run_config
 from trainer.preregistration import plan
 from trainer.plot import plt, series, trailing_mean  # pyplot, headless (Agg)
 
 UNDECIDABLE = "undecidable on CPU"
 DONE = ("finished", "skipped", "reused")  # outcome statuses of a run that reached its end
-
-
-def _config(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "config.yaml"
-    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
 
 
 # -- summary -----------------------------------------------------------------------------------
@@ -137,8 +131,8 @@ def build_summary(ablation: Ablation, variants: Sequence[Variant], outcomes: Seq
     for v in variants:
         mine = [o for o in outcomes if o.variant == v.name]
         ok = [o for o in mine if o.status in DONE]
-        target = ((_config(ok[0].run_dir).get("magic") or {}).get("entropy_target")
-                  if ok else None)
+        cfg = read_run_config(ok[0].run_dir) if ok else None
+        target = cfg.magic.entropy_target if cfg is not None else None
         numbers = {o.seed: run_numbers(o.rows, target) for o in ok}
         per_seed[v.name] = numbers
         means, sds = _mean_sd(list(numbers.values()))

@@ -5,6 +5,14 @@ Why a module of their own: the command line builds its parser, and answers ``--h
 misspelt flag, from these classes alone; the modules that run the commands
 (trainer/evaluation.py, trainer/offline_filter.py) import torch and transformers, about ten
 seconds on a small CPU, which only a command that samples needs (tests/test_cli_speed.py).
+
+What both commands take (sampling limits, the prompt format, the verifier, the engine) is
+declared once, in :class:`SamplingCommandOptions`; where a knob is also ``trainer run``'s, its
+default is the run config's field (``data.*``, ``verifier.*``, ``magic.*``, ``eval.*`` of
+trainer/config.py), so the two cannot drift. The flags stay flat (``--verifier-addr``, not
+``--verifier.addr``): a nested VerifierSettings or DataSettings would also offer the run-only
+knobs (``stream``, ``outage_window_s``, ``profile``, ``train_files``, ``shuffle``, ...) that
+these commands never read.
 """
 
 from __future__ import annotations
@@ -15,16 +23,47 @@ from typing import Annotated, Any, Literal
 
 import tyro
 
-from trainer.data import DEFAULT_SUFFIX, LCB_REPORT_WINDOW
+from trainer.config import DataSettings, EvalSettings, VerifierSettings
+from trainer.data import LCB_REPORT_WINDOW
 from trainer.engines import EngineConfig, standalone_engine
+from trainer.magic_config import MagicConfig, default_stages
 
 PROGRESS_VERSION = 1
 """The filter's progress-file format (a file of another version is not resumed)."""
 
 
 @dataclass
-class EvalOptions:
-    """Generate k samples per problem and report avg@k / pass@k (the report's table)."""
+class SamplingCommandOptions:
+    """The options ``trainer eval`` and ``trainer filter`` share. Each command is
+    ``Command(SamplingCommandOptions, _CommandFields)``: a dataclass lists the fields of its
+    LAST base first, so the command's own fields (its required ones among them) come first in
+    ``--help`` and in the constructor, these after them."""
+
+    top_p: float = MagicConfig.top_p
+    """Nucleus sampling mass."""
+    top_k: int = MagicConfig.top_k
+    """Top-k sampling (-1: off)."""
+    max_tokens: int = default_stages()[-1].max_response_length
+    """Response limit, tokens."""
+    instruction_suffix: str = DataSettings.instruction_suffix
+    """Appended to math prompts (the report's; '' for none)."""
+    skip_invalid: bool = DataSettings.skip_invalid
+    """Skip malformed rows (counted) instead of failing."""
+    timeout_s: float = 3600.0  # not verifier.timeout_s (one step's): a whole set's verdicts
+    """Longest wait for verdicts after generation ends, seconds."""
+    tokenizer: str | None = None
+    """Tokenizer directory (default: --model)."""
+    verifier_addr: str | None = VerifierSettings.addr
+    """HOST:PORT[,HOST:PORT...] of a verifier; default: start a local one."""
+    verifier_workers: int = VerifierSettings.workers
+    """Workers of the local verifier (without --verifier-addr)."""
+    engine: EngineConfig = field(default_factory=standalone_engine)
+    """The rollout engine (hf: Hugging Face generate, CPU and small models; vllm: production)."""
+
+
+@dataclass
+class _EvalFields:
+    """``trainer eval``'s own options (:class:`EvalOptions`)."""
 
     model: str
     """Local Hugging Face checkpoint directory."""
@@ -45,37 +84,22 @@ class EvalOptions:
     k: int | None = None
     """Samples per problem (avg@k); default: the report's, 32 for AIME and math files, 4 for
     LiveCodeBench and files with code."""
-    temperature: float = 0.6
+    temperature: float = EvalSettings.temperature
     """Sampling temperature (the report's 0.6 for the 7B model)."""
-    top_p: float = 1.0
-    """Nucleus sampling mass."""
-    top_k: int = -1
-    """Top-k sampling (-1: off)."""
-    max_tokens: int = 32768
-    """Response limit, tokens."""
     seed: int = 0
     """Sampling seed."""
     output_dir: Path | None = None
     """Where generations.jsonl, results.jsonl and summary.json go (default:
     runs/eval/<model>-<dataset>)."""
-    instruction_suffix: str = DEFAULT_SUFFIX
-    """Appended to math prompts (the report's; '' for none)."""
     limit: int | None = None
     """First N problems only."""
-    skip_invalid: bool = False
-    """Skip malformed rows (counted) instead of failing."""
     allow_errors: bool = False
     """Count responses the verifier could not judge as incorrect."""
-    timeout_s: float = 3600.0
-    """Longest wait for verdicts after generation ends, seconds."""
-    tokenizer: str | None = None
-    """Tokenizer directory (default: --model)."""
-    verifier_addr: str | None = None
-    """HOST:PORT[,HOST:PORT...] of a verifier; default: start a local one."""
-    verifier_workers: int = 2
-    """Workers of the local verifier (without --verifier-addr)."""
-    engine: EngineConfig = field(default_factory=standalone_engine)
-    """The rollout engine (hf: Hugging Face generate, CPU and small models; vllm: production)."""
+
+
+@dataclass
+class EvalOptions(SamplingCommandOptions, _EvalFields):
+    """Generate k samples per problem and report avg@k / pass@k (the report's table)."""
 
     @property
     def lcb_window(self) -> tuple[str, str] | None:
@@ -84,8 +108,8 @@ class EvalOptions:
 
 
 @dataclass
-class FilterOptions:
-    """Offline difficulty filter: keep problems solved in [lo, hi] of k samples."""
+class _FilterFields:
+    """``trainer filter``'s own options (:class:`FilterOptions`)."""
 
     input: Path
     """JSONL or parquet, any loader format."""
@@ -105,15 +129,9 @@ class FilterOptions:
     """Keep pass_count >= lo."""
     hi: int = 15
     """Keep pass_count <= hi."""
-    temperature: float = 1.0
+    temperature: float = MagicConfig.temperature
     """Sampling temperature: the rollout temperature of training (docs/magic.md), so the filter
     measures how the policy will see each problem."""
-    top_p: float = 1.0
-    """Nucleus sampling mass."""
-    top_k: int = -1
-    """Top-k sampling (-1: off)."""
-    max_tokens: int = 32768
-    """Response limit, tokens."""
     seed: int = 0
     """Batch b samples with seed + b."""
     batch_size: int = 64
@@ -121,22 +139,13 @@ class FilterOptions:
     difficulty_key: str | None = None
     """Key under extra_info.model_difficulty for verl rows (default: the model directory's
     name)."""
-    instruction_suffix: str = DEFAULT_SUFFIX
-    """Appended to math prompts (the report's; '' for none)."""
-    skip_invalid: bool = False
-    """Skip malformed rows (counted) instead of failing."""
     allow_errors: bool = False
     """Count responses the verifier could not judge as incorrect instead of stopping."""
-    timeout_s: float = 3600.0
-    """Longest wait for verdicts after generation ends, seconds."""
-    tokenizer: str | None = None
-    """Tokenizer directory (default: --model)."""
-    verifier_addr: str | None = None
-    """HOST:PORT[,HOST:PORT...] of a verifier; default: start a local one."""
-    verifier_workers: int = 2
-    """Workers of the local verifier (without --verifier-addr)."""
-    engine: EngineConfig = field(default_factory=standalone_engine)
-    """The rollout engine (hf: Hugging Face generate, CPU and small models; vllm: production)."""
+
+
+@dataclass
+class FilterOptions(SamplingCommandOptions, _FilterFields):
+    """Offline difficulty filter: keep problems solved in [lo, hi] of k samples."""
 
     def __post_init__(self) -> None:
         self.input, self.output = Path(self.input), Path(self.output)

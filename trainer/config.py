@@ -494,6 +494,18 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> RunCo
     return RunConfig.from_dict(data)
 
 
+def read_run_config(run_dir: str | Path) -> RunConfig | None:
+    """The typed config of a run directory, read from the ``config.yaml`` trainer/loop.py
+    writes there; None without one, or when this version no longer reads it."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.exists():
+        return None
+    try:
+        return load_config(path)
+    except ValueError:
+        return None
+
+
 # -- showing the knobs --------------------------------------------------------------------
 
 def _leaf_yaml(value: Any) -> str:

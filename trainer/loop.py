@@ -135,7 +135,7 @@ class Trainer:
         for p in self.eval_problems:
             self.prompt_ids(p)
         self.sampler = PromptSampler(len(self.train), cfg.seed, cfg.data.shuffle)
-        self.controller = cfg.magic.entropy_controller()
+        self.controller = magic.AdaptiveEntropyController.from_config(cfg.magic)
         self.schedule = cfg.magic.stage_schedule()
         self.off_policy = cfg.magic.off_policy()
         self._connect_verifier()

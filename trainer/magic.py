@@ -26,8 +26,9 @@ import torch
 import torch.utils.checkpoint
 
 from . import metric_names as mn
-from .magic_config import KLEstimator, MagicConfig, MaskMode, default_stages
-from .magic_controller import ENTROPY_MODES, AdaptiveEntropyController, EntropyMode
+from .magic_config import (ENTROPY_MODES, EntropyMode, KLEstimator, MagicConfig, MaskMode,
+                           default_stages)
+from .magic_controller import AdaptiveEntropyController
 from .off_policy import OffPolicyConfig, response_indices
 from .schedule import Plateau, PlateauMode, Stage, StageSchedule, validate_stages
 
@@ -77,7 +78,7 @@ def group_advantages(
     group_size: int,
     truncated: torch.Tensor | Sequence[bool] | None = None,
     mask_mode: MaskMode = "none",
-    eps: float = 1e-6,
+    eps: float = MagicConfig.adv_eps,
 ) -> torch.Tensor:
     """GRPO group advantage with MAGIC's truncated-response modes.
 

@@ -9,18 +9,48 @@ Re-exported by :mod:`trainer.magic`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from .config_schema import build, coerce_fields, field_docs
 from . import metric_names as mn
-from .magic_controller import AdaptiveEntropyController, EntropyMode
 from .off_policy import OffPolicyConfig
 from .schedule import Plateau, Stage, StageSchedule, validate_stages
 
 MaskMode = Literal["none", "before", "after"]
 KLEstimator = Literal["k1", "k3"]
+EntropyMode = Literal["adaptive", "fixed", "off"]
+ENTROPY_MODES: tuple[str, ...] = get_args(EntropyMode)
+
+
+def check_entropy_settings(target: float, delta: float, coef_min: float, coef_init: float,
+                           coef_max: float, mode: str) -> None:
+    """The entropy controller's rules, the one place they are checked: by :class:`MagicConfig`
+    and by :class:`trainer.magic_controller.AdaptiveEntropyController` built on its own.
+
+    Raises:
+        ValueError: unless all are finite numbers, ``target >= 0``, ``delta >= 0``,
+            ``0 <= coef_min <= coef_init <= coef_max`` and ``mode`` is one of ENTROPY_MODES.
+    """
+    values = {"target": target, "delta": delta, "coef_min": coef_min, "coef_max": coef_max,
+              "coef_init": coef_init}
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if mode not in ENTROPY_MODES:
+        raise ValueError(f"entropy mode must be one of {ENTROPY_MODES}, got {mode!r}")
+    if target < 0:
+        raise ValueError(f"target entropy must be >= 0 (nats per token; entropy_target), "
+                         f"got {target}")
+    if delta < 0:
+        raise ValueError(f"delta must be >= 0 (a step size; entropy_delta), got {delta}")
+    if not 0.0 <= coef_min <= coef_init <= coef_max:
+        raise ValueError(
+            "entropy coefficients must satisfy 0 <= coef_min <= coef_init <= coef_max, got "
+            f"coef_min={coef_min}, coef_init={coef_init}, coef_max={coef_max}")
 
 
 def default_stages() -> tuple[Stage, ...]:
@@ -169,13 +199,8 @@ class MagicConfig:
         need(0 <= self.clip_low < 1, "clip_low must be in [0, 1) so that the lower ratio bound "
              f"1 - clip_low stays positive, got {self.clip_low}")
         need(self.clip_high >= 0, f"clip_high must be >= 0, got {self.clip_high}")
-        need(self.entropy_target >= 0, f"entropy_target must be >= 0 (nats per token), "
-             f"got {self.entropy_target}")
-        need(self.entropy_delta >= 0, f"entropy_delta must be >= 0, got {self.entropy_delta}")
-        need(0 <= self.entropy_coef_min <= self.entropy_coef_init <= self.entropy_coef_max,
-             "entropy coefficients must satisfy 0 <= coef_min <= coef_init <= coef_max, got "
-             f"coef_min={self.entropy_coef_min}, coef_init={self.entropy_coef_init}, "
-             f"coef_max={self.entropy_coef_max}")
+        check_entropy_settings(self.entropy_target, self.entropy_delta, self.entropy_coef_min,
+                               self.entropy_coef_init, self.entropy_coef_max, self.entropy_mode)
         need(self.kl_coef >= 0, f"kl_coef must be >= 0, got {self.kl_coef}")
         d_t = self.mini_batch_size
         need(d_t is None or d_t >= 1, f"mini_batch_size (D_T) must be >= 1, got {d_t}")
@@ -204,13 +229,6 @@ class MagicConfig:
         n_sgd = (d_r // d_t) * self.n_reuse if self.n_sgd is None else self.n_sgd
         return OffPolicyConfig(n_sgd=n_sgd, rollout_batch_size=d_r, mini_batch_size=d_t,
                                n_reuse=self.n_reuse)
-
-    def entropy_controller(self) -> AdaptiveEntropyController:
-        """A fresh controller with this config's entropy settings and mode."""
-        return AdaptiveEntropyController(
-            target=self.entropy_target, delta=self.entropy_delta,
-            coef_min=self.entropy_coef_min, coef_max=self.entropy_coef_max,
-            coef_init=self.entropy_coef_init, mode=self.entropy_mode)
 
     def stage_schedule(self) -> StageSchedule:
         """A fresh stage schedule over ``stages``."""

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
-EntropyMode = Literal["adaptive", "fixed", "off"]
-ENTROPY_MODES: tuple[str, ...] = ("adaptive", "fixed", "off")
+from .magic_config import ENTROPY_MODES, EntropyMode, MagicConfig, check_entropy_settings
+
+__all__ = ["ENTROPY_MODES", "AdaptiveEntropyController", "EntropyMode"]
 
 _STATE_VERSION = 1
 
@@ -40,44 +41,32 @@ class AdaptiveEntropyController:
     whatever the entropy), ``"off"`` (always 0). In every mode ``update`` validates and records
     the entropy, so state and logs look the same.
 
-    Args:
-        target: target entropy in nats per token (MAGIC: 0.2).
-        delta: step added to / subtracted from ``c`` per training step (MAGIC: 1e-4).
-        coef_min, coef_max: clamp bounds of ``c`` (MAGIC: 0 and 0.005).
-        coef_init: starting ``c``; the fixed coefficient in ``"fixed"`` mode (MAGIC: 0).
-        mode: ``"adaptive"`` | ``"fixed"`` | ``"off"``.
+    Args (each defaults to MagicConfig's field of that name, the released value; see
+    trainer/magic_config.py):
+        target: target entropy in nats per token (``entropy_target``).
+        delta: step added to / subtracted from ``c`` per training step (``entropy_delta``).
+        coef_min, coef_max: clamp bounds of ``c`` (``entropy_coef_min``, ``entropy_coef_max``).
+        coef_init: starting ``c``; the fixed coefficient in ``"fixed"`` mode
+            (``entropy_coef_init``).
+        mode: ``"adaptive"`` | ``"fixed"`` | ``"off"`` (``entropy_mode``).
 
     Raises:
         ValueError: unless ``target >= 0``, ``delta >= 0`` and
-            ``0 <= coef_min <= coef_init <= coef_max``, all finite, and mode is known.
+            ``0 <= coef_min <= coef_init <= coef_max``, all finite, and mode is known
+            (:func:`trainer.magic_config.check_entropy_settings`, MagicConfig's own check).
     """
 
     def __init__(
         self,
-        target: float = 0.2,
-        delta: float = 1e-4,
-        coef_min: float = 0.0,
-        coef_max: float = 0.005,
-        coef_init: float = 0.0,
+        target: float = MagicConfig.entropy_target,
+        delta: float = MagicConfig.entropy_delta,
+        coef_min: float = MagicConfig.entropy_coef_min,
+        coef_max: float = MagicConfig.entropy_coef_max,
+        coef_init: float = MagicConfig.entropy_coef_init,
         *,
-        mode: EntropyMode = "adaptive",
+        mode: EntropyMode = MagicConfig.entropy_mode,
     ) -> None:
-        values = {"target": target, "delta": delta, "coef_min": coef_min,
-                  "coef_max": coef_max, "coef_init": coef_init}
-        for name, value in values.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
-        if mode not in ENTROPY_MODES:
-            raise ValueError(f"entropy mode must be one of {ENTROPY_MODES}, got {mode!r}")
-        if target < 0:
-            raise ValueError(f"target entropy must be >= 0 (nats per token), got {target}")
-        if delta < 0:
-            raise ValueError(f"delta must be >= 0 (a step size), got {delta}")
-        if not 0.0 <= coef_min <= coef_init <= coef_max:
-            raise ValueError(
-                "entropy coefficients must satisfy 0 <= coef_min <= coef_init <= coef_max, got "
-                f"coef_min={coef_min}, coef_init={coef_init}, coef_max={coef_max}")
+        check_entropy_settings(target, delta, coef_min, coef_init, coef_max, mode)
         self.target = float(target)
         self.delta = float(delta)
         self.coef_min = float(coef_min)
@@ -88,6 +77,13 @@ class AdaptiveEntropyController:
         self._coef = 0.0 if mode == "off" else self.coef_init
         self._last_entropy: float | None = None
         self._num_updates = 0
+
+    @classmethod
+    def from_config(cls, magic: MagicConfig) -> AdaptiveEntropyController:
+        """A fresh controller with ``magic``'s entropy settings and mode."""
+        return cls(target=magic.entropy_target, delta=magic.entropy_delta,
+                   coef_min=magic.entropy_coef_min, coef_max=magic.entropy_coef_max,
+                   coef_init=magic.entropy_coef_init, mode=magic.entropy_mode)
 
     @classmethod
     def fixed(cls, coef: float) -> AdaptiveEntropyController:

@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
-import yaml
 
 matplotlib.use("Agg")  # headless: plots are files, never windows
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 
 from trainer import metric_names as mn  # noqa: E402
+from trainer.config import read_run_config  # noqa: E402
 
 SMOOTH = 10  # steps in the trailing mean drawn over noisy per-step series
 
@@ -36,11 +36,6 @@ def read_metrics(run_dir: Path) -> list[dict]:
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {run_dir} a run directory?")
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-
-
-def _config(run_dir: Path) -> dict[str, Any]:
-    path = Path(run_dir) / "config.yaml"
-    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
 
 
 def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
@@ -77,8 +72,8 @@ def stage_starts(rows: list[dict]) -> list[tuple[int, int, Any]]:
 def plot_run(run_dir: Path) -> list[Path]:
     """Write the PNGs into ``run_dir/plots`` and return their paths."""
     rows = read_metrics(run_dir)
-    cfg = _config(run_dir)
-    magic_cfg = cfg.get("magic") or {}
+    cfg = read_run_config(run_dir)  # None: no readable config.yaml, no target line
+    magic_cfg = cfg.magic if cfg is not None else None
     out_dir = Path(run_dir) / "plots"
     out_dir.mkdir(parents=True, exist_ok=True)
     stages = stage_starts(rows)
@@ -133,10 +128,9 @@ def plot_run(run_dir: Path) -> list[Path]:
     # entropy against its target
     fig, ax = plt.subplots(figsize=(7, 4))
     noisy(ax, mn.ENTROPY, "tab:purple", "entropy (nats per token)")
-    target = magic_cfg.get("entropy_target")
-    if target is not None and magic_cfg.get("entropy_mode", "adaptive") == "adaptive":
-        ax.axhline(float(target), color="tab:purple", linestyle=":",
-                   label=f"target {float(target):g}")
+    if magic_cfg is not None and magic_cfg.entropy_mode == "adaptive":
+        target = magic_cfg.entropy_target
+        ax.axhline(target, color="tab:purple", linestyle=":", label=f"target {target:g}")
     ax2 = ax.twinx()
     xs, ys = series(rows, mn.ENTROPY_COEF)
     if xs:
@@ -162,8 +156,8 @@ def plot_run(run_dir: Path) -> list[Path]:
     if any(isinstance(r.get(mn.LOSS_KL), (int, float)) for r in rows):
         fig, ax = plt.subplots(figsize=(7, 4))
         noisy(ax, mn.LOSS_KL, "tab:cyan", "KL to the reference policy")
-        written.append(finish(fig, ax, f"KL loss (coefficient {magic_cfg.get('kl_coef')})",
-                              "kl.png"))
+        kl_coef = magic_cfg.kl_coef if magic_cfg is not None else None
+        written.append(finish(fig, ax, f"KL loss (coefficient {kl_coef})", "kl.png"))
 
     # time per step
     fig, ax = plt.subplots(figsize=(7, 4))

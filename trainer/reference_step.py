@@ -10,9 +10,10 @@ with nothing in between, in the order it happens (Skywork-OR1, arXiv 2505.22312,
 2. :func:`score`: a reward per response from a verifier function (1 correct, 0 not);
 3. :func:`group_advantages`: GRPO's group-normalised advantage; truncated responses keep theirs
    (MAGIC: no advantage mask); groups whose rewards are all equal are dropped (online filter);
-4. :func:`magic_loss`: the clipped surrogate with clip-higher (1 - eps_low, 1 + eps_high),
-   averaged over every response token of the batch (token-level loss), minus the adaptive
-   entropy bonus c * H, no KL;
+4. :func:`magic_loss`: the clipped surrogate, ratio clipped to [1 - eps_low, 1 + eps_high] (two
+   clips, so clip-higher is eps_high > eps_low; MAGIC releases 0.2 for both), averaged over
+   every response token of the batch (token-level loss), minus the adaptive entropy bonus
+   c * H, no KL;
 5. :func:`update`: one AdamW step on the whole batch (on-policy, N_SGD = 1: the old policy is the
    current one, so the ratio is exactly 1 and its gradient is the policy gradient), gradient
    norm clipped; then the entropy coefficient moves towards its target.
@@ -29,18 +30,25 @@ from dataclasses import dataclass
 
 import torch
 
+from .magic_config import MagicConfig, default_stages
+
 
 @dataclass
 class StepSettings:
-    group_size: int = 16  # G responses per prompt
-    temperature: float = 1.0  # tau
-    max_response_length: int = 8192  # the stage's limit, tokens
-    clip_low: float = 0.2  # eps_low
-    clip_high: float = 0.28  # eps_high (clip-higher)
-    grad_clip: float = 1.0
-    entropy_target: float = 0.2  # nats per token
-    entropy_delta: float = 1e-4  # the coefficient's step
-    entropy_coef_max: float = 0.005
+    """The knobs of one step; every default is MagicConfig's (trainer/magic_config.py), the
+    released value. On-policy the ratio is exactly 1, inside any clip range, so the two clips
+    do not change what :func:`update` computes; they matter once the policy moves within a
+    step (off-policy, N_SGD > 1)."""
+
+    group_size: int = MagicConfig.group_size  # G responses per prompt
+    temperature: float = MagicConfig.temperature  # tau
+    max_response_length: int = default_stages()[0].max_response_length  # stage 1's limit, tokens
+    clip_low: float = MagicConfig.clip_low  # eps_low
+    clip_high: float = MagicConfig.clip_high  # eps_high (clip-higher when > eps_low)
+    grad_clip: float = MagicConfig.grad_clip
+    entropy_target: float = MagicConfig.entropy_target  # nats per token
+    entropy_delta: float = MagicConfig.entropy_delta  # the coefficient's step
+    entropy_coef_max: float = MagicConfig.entropy_coef_max
 
 
 def generate(model, prompts: Sequence[list[int]], s: StepSettings, eos_id: int, pad_id: int
@@ -88,7 +96,8 @@ def score(responses: Sequence[list[int]], verify: Callable[[list[int]], bool]) -
     return torch.tensor([1.0 if verify(r) else 0.0 for r in responses])
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = MagicConfig.adv_eps
+                     ) -> torch.Tensor:
     """GRPO: ``(r - mean(group)) / (std(group) + eps)``, the sample std; a group whose rewards
     are all equal gets exactly 0 (the online filter drops it). ``[B] -> [B]``."""
     groups = rewards.double().view(-1, group_size)  # [P, G]

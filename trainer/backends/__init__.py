@@ -4,8 +4,10 @@
 - :class:`~trainer.backends.deepspeed_backend.DeepSpeedBackend`: ``deepspeed.initialize`` with
   ZeRO stage 0-3, data parallel over the ``deepspeed``/``torchrun`` launcher's ranks.
 
-Both share one forward pass and one MAGIC update loop (:mod:`trainer.backends.common`), so the
-loss, the global-token-count rule (docs/magic.md) and the metrics are identical by construction.
+Both load their models alike (:mod:`trainer.backends.loading`) and share one forward pass
+(:mod:`trainer.backends.forward`) and one MAGIC update loop (:mod:`trainer.backends.common`), so
+the loss, the global-token-count rule (docs/magic.md) and the metrics are identical by
+construction.
 With ``keep_reference`` both also hold a frozen KL reference policy, whose memory
 :mod:`trainer.backends.reference_memory` checks before anything loads.
 

@@ -44,15 +44,9 @@ from deepspeed.comm import comm as ds_comm
 from ..dist import unlink_shared_memory
 from ..hf_utils import CheckpointError
 from . import BackendConfig, OptimizerConfig, check_model_path
-from .common import (
-    PolicyBackendBase,
-    SplitForward,
-    adamw_kwargs,
-    enable_gradient_checkpointing,
-    load_causal_lm,
-    load_frozen_reference,
-    logits_forward,
-)
+from .common import PolicyBackendBase, adamw_kwargs
+from .forward import SplitForward, logits_forward
+from .loading import enable_gradient_checkpointing, load_causal_lm, load_frozen_reference
 from .reference_memory import check_reference_memory
 
 #: Sub-folder of a checkpoint directory holding DeepSpeed's own state (partitioned optimizer

@@ -15,17 +15,13 @@ import torch
 
 from ..hf_utils import CheckpointError
 from . import BackendConfig, OptimizerConfig, check_model_path
-from .common import (
-    PolicyBackendBase,
-    SplitForward,
-    compile_decoder_layers,
+from .common import PolicyBackendBase, torch_adamw
+from .forward import SplitForward, compile_decoder_layers, logits_forward, split_causal_lm
+from .loading import (
     enable_gradient_checkpointing,
     load_causal_lm,
     load_frozen_reference,
     load_hf_weights_into,
-    logits_forward,
-    split_causal_lm,
-    torch_adamw,
 )
 from .reference_memory import check_reference_memory
 
@@ -83,7 +79,7 @@ class TorchBackend(PolicyBackendBase):
         self.model.eval()
         self.optimizer = torch_adamw(self._trainable(), self.optimizer_config, self.device)
         # The decoder and the output layer apart: the output layer then runs only on the
-        # response positions (trainer.backends.common.token_stats).
+        # response positions (trainer.backends.forward.token_stats).
         self._split = (split_causal_lm(self.model, self._autocast)
                        or logits_forward(self._forward_logits))
         self._ref_split = None if self.reference is None else (
