@@ -208,7 +208,7 @@ def jail_cpu(n: int, rounds: int) -> None:
 
     from sandbox.base import SandboxLimits
     from sandbox.nsjail import NsjailSandbox
-    from verifier.code_score import score_code
+    from verifier.scoring.code_score import score_code
     from verifier.items import Limits
 
     def children_cpu() -> float:
@@ -281,7 +281,7 @@ def checker_cpu(n: int, rounds: int) -> None:
 
     from common import machine_cpu_s
     from sandbox.nsjail import NsjailSandbox
-    from verifier.code_score import score_code
+    from verifier.scoring.code_score import score_code
     from verifier.items import Limits
 
     def cpu() -> float:

@@ -5,7 +5,7 @@ and the scaling ratio), then latency percentiles under 8 concurrent streaming cl
 Same realistic math items as bench_math.py (chain-of-thought text, a boxed answer in one of many
 forms, half of them wrong), unique per phase. Replicas are real child processes on loopback
 ports; the client is ``VerifierClient`` given a comma list of their addresses, so one logical
-stream runs one gRPC stream per replica (verifier/fleet.py).
+stream runs one gRPC stream per replica (verifier/client/fleet.py).
 
     .venv/bin/python benchmarks/bench_fleet.py [--n 3000] [--workers 1] [--clients 8] \
         [--per-client 2000]
@@ -90,7 +90,7 @@ def main() -> None:
     ap.add_argument("--per-client", type=int, default=2000)
     args = ap.parse_args()
 
-    from verifier.local import LocalVerifier
+    from verifier.client.local import LocalVerifier
 
     replicas = [LocalVerifier(workers=args.workers), LocalVerifier(workers=args.workers)]
     try:

@@ -83,7 +83,7 @@ def baseline(items: list[dict]) -> float:
     """Items/s of a plain single-process math-verify loop (gold first), last box only."""
     from math_verify import parse, verify
 
-    from verifier.extract import after_think, last_boxed
+    from verifier.scoring.extract import after_think, last_boxed
 
     start = time.perf_counter()
     for it in items:
@@ -99,7 +99,7 @@ def cli_run(items: list[dict], workers: int, warmup: list[dict]) -> tuple[float,
     """Items/s of ``verifier check --addr`` scoring ``items`` (a JSONL file) through a new
     ``verifier serve --workers N`` (warmed by ``warmup`` first), and its verdict counts."""
     from verifier.client import VerifierClient
-    from verifier.local import LocalVerifier
+    from verifier.client.local import LocalVerifier
 
     with tempfile.TemporaryDirectory() as d:
         inp, out = Path(d) / "items.jsonl", Path(d) / "results.jsonl"

@@ -38,7 +38,7 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from verifier.local import LocalVerifier  # noqa: E402
+from verifier.client.local import LocalVerifier  # noqa: E402
 
 CPU_LOOP = "s = 0\nfor i in range(600_000):\n    s += i * i\nprint(s % 1000)\n"
 CPU_LOOP_OUT = f"{sum(i * i for i in range(600_000)) % 1000}\n"

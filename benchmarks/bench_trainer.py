@@ -31,7 +31,7 @@ def make_config(tmp: Path, steps: int, stream: bool, chunk: int):
     return load_config(ROOT / "trainer" / "configs" / "demo.yaml", [
         f"output_dir={tmp}", f"name=bench-{'stream' if stream else 'after'}",
         f"total_steps={steps}", "eval.every_steps=0", "checkpoint_every=0", "log.plots=false",
-        "log.tensorboard=false", "log.progress=off", f"verifier.stream={stream}",
+        "log.tensorboard=false", "log.progress=off", f"verifier.service.stream={stream}",
         f"engine.chunk_size={chunk}", f"data.train_files=[{tmp}/data/train.jsonl]",
         f"data.eval_files=[{tmp}/data/eval.jsonl]",
     ])

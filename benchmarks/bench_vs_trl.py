@@ -207,7 +207,7 @@ def accuracy(evaluator: Any, weights: dict[str, torch.Tensor] | None) -> float:
 
 def main() -> None:
     from trainer.loop import Trainer
-    from verifier.local import LocalVerifier
+    from verifier.client.local import LocalVerifier
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=30,

@@ -4,7 +4,7 @@ measure where the CPU goes (the cost breakdown of docs/verifier.md 3).
 The breakdown is measured, not estimated:
 
 - server stages: the server's ``verifier_stage_cpu_seconds{domain,stage}`` histograms (thread
-  and process CPU clocks read at the stage boundaries; verifier/metrics.py STAGES), scraped
+  and process CPU clocks read at the stage boundaries; verifier/service/metrics.py STAGES), scraped
   from its /metrics endpoint before and after the timed run;
 - server total: utime + stime of the server process and all its descendants (workers, the
   forkserver, the reaped jails) from /proc, before and after; "server other" is the total less
@@ -133,7 +133,7 @@ def stream_run(items: list[dict], workers: int, warmup: list[dict], *, breakdown
     of that many items, ``BATCHES_IN_FLIGHT`` at a time, instead of one ``ScoreStream`` with a
     message per item (latencies are then each batch's)."""
     from verifier.client import VerifierClient
-    from verifier.local import LocalVerifier
+    from verifier.client.local import LocalVerifier
 
     args = ("--metrics-port", "0", *extra_args) if breakdown else extra_args
     with LocalVerifier(*args, workers=workers, root=root) as server:
@@ -193,7 +193,7 @@ def stream_rate(items: list[dict], workers: int, warmup: list[dict]) -> tuple[fl
 
 def print_breakdown(run: Run, stage_names: list[str], title: str) -> None:
     """The breakdown table: CPU milliseconds per item of each stage."""
-    from verifier.metrics import STAGES
+    from verifier.service.metrics import STAGES
 
     print(f"\n{title}: CPU ms per item ({run.n} items, measured; docs/verifier.md 3)")
     print(f"  {'stage':<22} {'ms/item':>8}  what")

@@ -6,7 +6,7 @@ under faults, checking every verdict and watching the replicas for leaks.
         [--out soak.json]
     make soak                       # the defaults: 60 minutes
 
-Fleet: three replicas, child processes on loopback ports (verifier.local.LocalVerifier),
+Fleet: three replicas, child processes on loopback ports (verifier.client.local.LocalVerifier),
 ``--workers 1`` each. One client (``VerifierClient`` given the three addresses) runs
 ``--streams`` logical streams from threads, each closed-loop (at most ``--inflight`` items
 outstanding), so latency is the fleet's, not a client-side queue's.
@@ -83,7 +83,7 @@ from bench_math import FILLER, LIGHT  # noqa: E402
 
 from verifier.client import ClientConfig, VerifierClient  # noqa: E402
 from verifier.items import MAX_RESPONSE_CHARS, NOT_A_VERDICT, PROFILES, Status  # noqa: E402
-from verifier.local import LocalVerifier  # noqa: E402
+from verifier.client.local import LocalVerifier  # noqa: E402
 
 # -- expectations: the one place each is defined ---------------------------------------------
 OVERLONG_CHARS = MAX_RESPONSE_CHARS + 10

@@ -25,7 +25,7 @@ COPY protos ./protos
 # extras on top without letting pip swap them.
 RUN python3 -c "import torch, vllm; print('torch', torch.__version__, 'vllm', vllm.__version__)" \
  && pip install --upgrade-strategy only-if-needed ".[train,deepspeed]" \
- && python3 -c "import torch, vllm, trainer.magic, verifier.client; print('ok')"
+ && python3 -c "import torch, vllm, trainer.magic.rules, verifier.client; print('ok')"
 
 RUN useradd --create-home --uid 10002 --user-group trainer && mkdir -p /app/runs \
  && chown trainer:trainer /app/runs

@@ -1,6 +1,6 @@
 #!/bin/sh
 # The verifier image's entry point, started by tini: `verifier "$@"`, with one addition. For
-# `serve`, a non-empty $VERIFIER_HTTP_PORT turns on the HTTP drop-in (verifier/http_gateway.py:
+# `serve`, a non-empty $VERIFIER_HTTP_PORT turns on the HTTP drop-in (verifier/http/gateway.py:
 # SandboxFusion's POST /run_code, OpenRLHF's POST /get_reward, POST /score, GET /health) by
 # appending `--http-port $VERIFIER_HTTP_PORT`, unless the arguments already name --http-port
 # (then they win). Unset or empty: no HTTP port, gRPC only. The HTTP side uses the same token

@@ -7,7 +7,7 @@
 
 There is no silent fallback: when the requested backend does not work, ``create_sandbox``
 raises; the verifier then keeps serving math and answers every code item with SANDBOX_ERROR
-naming the reason (``verifier.scoring.open_sandbox``). ``unsafe-none`` (no isolation)
+naming the reason (``verifier.scoring.scorer.open_sandbox``). ``unsafe-none`` (no isolation)
 exists for development only and is announced with a loud warning. The policy is documented in
 sandbox/README.md and lives in sandbox/policy/nsjail.cfg.
 """

@@ -4,7 +4,7 @@ process plumbing is sandbox/process.py; reading the policy file, sandbox/policy_
 A backend runs ``argv`` with some bytes on stdin, a few read-only input files in its private
 scratch directory, and limits; it returns a :class:`RunResult` (exit status, signal, bounded
 stdout/stderr, wall and CPU time, peak memory and a coarse status). Nothing here knows about
-test cases or verdicts: that is ``verifier/code_score.py`` and the in-sandbox harness.
+test cases or verdicts: that is ``verifier/scoring/code_score.py`` and the in-sandbox harness.
 
 Every process started here has a wall deadline enforced from the outside (the caller never
 hangs), captured output is bounded while it is read (a flood is cut off, never buffered), and

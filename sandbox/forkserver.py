@@ -59,7 +59,7 @@ ZYGOTE_REAP_S = 3.0
 end, removing their cgroups, before it exits."""
 
 PLACEMENT_VIEW = ("affinity", "cpu_count")
-"""What a program sees of its jail's CPU placement (benchmarks/jail_probe.py's keys): one CPU in
+"""What a program sees of its jail's CPU placement (tests/jail_probe.py's keys): one CPU in
 a forked jail, every CPU of the service's in nsjail's. The one way the two jails differ to a
 program; it cannot change it (sandbox/README.md "Placement")."""
 

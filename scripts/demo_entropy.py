@@ -9,7 +9,7 @@ entropy control) and with ``magic.entropy_mode=off``, everything else equal, the
   the step its adaptive run first reaches the target to the end; its last 40 steps if it never
   does) and its mean shortfall below the target,
   and the paired difference (adaptive - off, same seed) with its 90% t interval
-  (trainer/ablation_stats.py); writes the same to docs/demo/entropy_control.json.
+  (trainer/ablation/stats.py); writes the same to docs/demo/entropy_control.json.
 
 Runs go to runs/demo-entropy/ARM-sSEED; a finished one is not run again. ``--jobs 2`` runs two
 at a time. Extra ``key=value`` arguments reach every run (e.g. ``total_steps=40``).
@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scripts.demo import write_data  # noqa: E402 - after the path
-from trainer.ablate_report import band, fmt  # noqa: E402
-from trainer.ablation_stats import check_verdict, pair_by_seed  # noqa: E402
+from trainer.ablation.report import band, fmt  # noqa: E402
+from trainer.ablation.stats import check_verdict, pair_by_seed  # noqa: E402
 from trainer.config import load_config  # noqa: E402
 from trainer.plot import plt, read_metrics, series, trailing_mean  # noqa: E402
 

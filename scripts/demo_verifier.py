@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from verifier.cli import run_check, summary_table  # noqa: E402
 from verifier.config import CheckConfig  # noqa: E402
-from verifier.local import LocalVerifier  # noqa: E402
+from verifier.client.local import LocalVerifier  # noqa: E402
 
 
 def main() -> None:

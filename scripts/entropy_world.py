@@ -12,7 +12,7 @@ the ways.
     python scripts/entropy_world.py --seeds 3 --jobs 2          # adaptive and off, 3 seeds each
 
 runs ``trainer ablate entropy-control``'s variants (``adaptive``, ``off``; its setup,
-(N_SGD, D_R, D_T, N_reuse) = (4, 16, 4, 1)) through trainer/ablate.py's driver, with the data
+(N_SGD, D_R, D_T, N_reuse) = (4, 16, 4, 1)) through trainer/ablation/runner.py's driver, with the data
 pointed at this world, under ``--out`` (default runs/entropy-world): the same report.md,
 summary.json and plots as ``trainer ablate``, plus ways.json: which way each run's sampled
 responses took, per 20 steps (every prompt's 8 samples are kept every 5 steps). Extra
@@ -51,8 +51,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trainer.ablate import AblateOptions, Driver, write_outputs  # noqa: E402 - after the path
-from trainer.ablate_report import build_summary  # noqa: E402
+from trainer.ablation.runner import AblateOptions, Driver, write_outputs  # noqa: E402 - after the path
+from trainer.ablation.report import build_summary  # noqa: E402
 
 WAYS_ARG = "units,carry,swap,copy"
 DATA_ARGS = ["--train", "6000", "--eval", "200", "--levels", "2,3,4", "--code-share", "0.25",
@@ -64,7 +64,7 @@ samples are kept every 5 steps (for ways.json)."""
 
 
 class WaysDriver(Driver):
-    """trainer/ablate.py's driver with the data written by the toy world with ``--ways``."""
+    """trainer/ablation/runner.py's driver with the data written by the toy world with ``--ways``."""
 
     def write_data(self) -> None:
         stamp = self.data / "ARGS"

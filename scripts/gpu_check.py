@@ -26,7 +26,7 @@ then writes one JSON (``--out``) and its section of docs/gpu.md (``--doc``).
 
 Without CUDA (or with ``--device cpu``) the same phases run with tiny shapes as a smoke test,
 in the suite (tests/test_gpu_check.py): nothing is installed, numerics compare the CPU update
-with trainer/reference_step.py's and bf16 with float32, MFU is not reported (no GPU peak to
+with trainer/magic/reference_step.py's and bf16 with float32, MFU is not reported (no GPU peak to
 divide by), peak memory is the process's peak RSS, and the JSON (``"gpu": false``) and the doc
 say that no GPU was used.
 
@@ -394,7 +394,7 @@ def _reference_update(model: Path, optimizer) -> tuple[dict, dict, dict[str, flo
     import torch
 
     from tests.ds_worker import make_batch
-    from trainer import reference_step as ref
+    from trainer.magic import reference_step as ref
     from trainer.backends.common import adamw_kwargs
     from trainer.backends.loading import load_causal_lm
 
@@ -879,7 +879,7 @@ def _one_run(ctx: Context, kind: str, data: Path, out: Path, addr: str) -> dict[
 def phase_trainer_run(ctx: Context) -> dict[str, Any]:
     """The toy world (math only, level 2), one local verifier for all runs; per backend a run
     to 2/3 of the steps (checkpointed) and a --resume to the end."""
-    from verifier.local import LocalVerifier
+    from verifier.client.local import LocalVerifier
 
     data = ctx.work / "toyworld"
     rc = _toyworld().main(["--out", str(data), "--train", "64", "--eval", "8", "--levels", "2",

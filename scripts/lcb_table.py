@@ -26,9 +26,9 @@ sys.path.insert(0, str(ROOT))
 
 from sandbox import create_sandbox  # noqa: E402 - after the path
 from tests.lcb_differential import PROGRAMS, problems  # noqa: E402
-from verifier.code_score import score_code  # noqa: E402
+from verifier.scoring.code_score import score_code  # noqa: E402
 from verifier.items import Limits, Status  # noqa: E402
-from verifier.profiles import get_profile  # noqa: E402
+from verifier.scoring.profiles import get_profile  # noqa: E402
 
 LABELS = ROOT / "tests" / "fixtures" / "lcb_labels.json"
 README = ROOT / "docs" / "verifier-service.md"  # where the table lives

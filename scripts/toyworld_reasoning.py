@@ -32,7 +32,7 @@ from trainer.hf_utils import chat_prompt_ids, load_tokenizer  # noqa: E402
 from trainer.config import load_config  # noqa: E402
 from trainer.tiny import save_tiny  # noqa: E402
 from trainer.warmstart import warm_start  # noqa: E402
-from verifier.extract import after_think, last_boxed  # noqa: E402
+from verifier.scoring.extract import after_think, last_boxed  # noqa: E402
 
 TARGETS = {"steps": "{reference}", "direct": "<think></think>\\boxed{{{answer}}}"}
 

@@ -10,9 +10,9 @@ from typing import Iterator
 
 import pytest
 
-from verifier.local import LocalVerifier
-from verifier.scoring import ScoringConfig
-from verifier.server import ServeConfig, create_server
+from verifier.client.local import LocalVerifier
+from verifier.scoring.scorer import ScoringConfig
+from verifier.service.server import ServeConfig, create_server
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +44,7 @@ def server() -> Iterator[tuple[object, str]]:
 
 
 class ServerProcess(LocalVerifier):
-    """``verifier serve`` in a child process (verifier.local.LocalVerifier: its address read
+    """``verifier serve`` in a child process (verifier.client.local.LocalVerifier: its address read
     from its first log line), plus what the signal and restart tests need."""
 
     def __init__(self, port: int = 0, *args: str):

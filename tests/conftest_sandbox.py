@@ -12,9 +12,9 @@ import pytest
 from sandbox import SandboxUnavailable, create_sandbox, uidpool
 from sandbox.forkserver import WarmEntry
 from sandbox.nsjail import SANDBOX_UID
-from verifier.code_score import score_code
+from verifier.scoring.code_score import score_code
 from verifier.harness import harness_source
-from verifier.harness_files import HARNESS_FILE, HARNESS_PYC
+from verifier.scoring.harness_files import HARNESS_FILE, HARNESS_PYC
 from verifier.items import Limits, Status
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +35,7 @@ def respond(code: str, think: bool = True) -> str:
 
 def refuse_sandbox(reason: str):
     """A ``create_sandbox`` stand-in whose self-test fails with ``reason`` (monkeypatch it over
-    ``verifier.scoring.create_sandbox`` to get a scorer with no working sandbox)."""
+    ``verifier.scoring.scorer.create_sandbox`` to get a scorer with no working sandbox)."""
 
     def create(*_args, **_kwargs):
         raise SandboxUnavailable(reason)

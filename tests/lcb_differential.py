@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from verifier.bigint import MAX_INT_DIGITS, int_to_digits
+from verifier.scoring.bigint import MAX_INT_DIGITS, int_to_digits
 
 BIG_EXPONENT = 17350  # 2**17350 has 5,223 digits: past Python's default of 4,300
 DEEP = 450  # nesting of the "deep" problem's list: past the codec's former bound of 400

@@ -1,4 +1,4 @@
-"""`trainer ablate` (trainer/ablate.py, trainer/ablate_report.py, trainer/ablations.py): the
+"""`trainer ablate` (trainer/ablation/runner.py, trainer/ablation/report.py, trainer/ablation/designs.py): the
 labels of an ablation from its checks (the mechanism and the benefit each by its own check,
 secondaries cannot sink them, an ablation undecidable on CPU says so), a run's numbers over the windows the claims read, every
 ablation's variants as valid `trainer run` configs with one benefit check each, the
@@ -18,19 +18,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainer import ablate as ab
-from trainer import ablate_report as rep
-from trainer.ablation_stats import (
+from trainer.ablation import runner as ab
+from trainer.ablation import report as rep
+from trainer.ablation.stats import (
     INCONCLUSIVE,
     NOT_REPRODUCED,
     REPRODUCED,
     check_verdict,
     pair_by_seed,
 )
-from trainer.ablations import ABLATIONS, LABELS, PROFILES, Ablation, Check, Variant, run_numbers
+from trainer.ablation.designs import ABLATIONS, LABELS, PROFILES, Ablation, Check, Variant, run_numbers
 from trainer.cli import main as cli_main
 from trainer.config import load_config, read_run_config
-from trainer.preregistration import plan
+from trainer.ablation.preregistration import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -417,7 +417,7 @@ def test_the_kl_ablation_logs_the_kl_at_beta_0(tiny_ablation) -> None:
 
 
 def test_the_readme_tables_are_made_from_the_summaries(tmp_path) -> None:
-    """`python -m trainer.ablate_report DIR`: between the README's markers, the confirmatory
+    """`python -m trainer.ablation.report DIR`: between the README's markers, the confirmatory
     table from DIR/confirmatory/NAME/summary.json (mechanism and benefit labels with their
     intervals, the pre-registration commit; a summary not marked confirmatory there is an
     error) and the exploratory one from DIR/NAME/summary.json, relabelled from each check's
@@ -518,7 +518,7 @@ def test_a_run_directory_made_with_another_config_is_an_error_not_a_reuse(tiny_a
 
 
 def test_a_dose_rule_accepts_the_first_value_at_which_the_mechanism_acts() -> None:
-    from trainer.preregistration import Dose
+    from trainer.ablation.preregistration import Dose
 
     absolute = Dose("magic.lr", ("1", "2"), "a", "m", at_least=0.01)
     assert absolute.passes(0.01, None) and not absolute.passes(0.009, None)
@@ -534,7 +534,7 @@ def test_the_dose_finding_runs_up_the_ladder_and_stops_at_the_first_that_acts(tm
     """Real short runs of the measured arm, one per ladder value, from the dose seed's warm
     start: a rule every value meets stops at the first; a rule none meets runs them all and
     chooses none (the curve is what the summary carries); finished dose runs are not redone."""
-    from trainer.preregistration import Dose
+    from trainer.ablation.preregistration import Dose
 
     driver = ab.Driver(ab.AblateOptions(name="clip-higher", seeds=1, out=tmp_path,
                                         extra=[*TINY, "magic.prompts_per_step=8"]))

@@ -1,4 +1,4 @@
-"""The statistic behind `trainer ablate`'s verdicts (trainer/ablation_stats.py), tested by
+"""The statistic behind `trainer ablate`'s verdicts (trainer/ablation/stats.py), tested by
 simulation with fixed seeds: how often it decides when there is no effect, how often it finds an
 effect of 2 per-seed standard deviations at the profile's seed count, and that its power grows
 with seeds. The rule it replaced (|mean difference| against the seeds' max - min range) is
@@ -13,7 +13,7 @@ from statistics import mean
 import numpy as np
 import pytest
 
-from trainer.ablation_stats import (
+from trainer.ablation.stats import (
     INCONCLUSIVE,
     NOT_REPRODUCED,
     REPRODUCED,
@@ -26,7 +26,7 @@ from trainer.ablation_stats import (
     seeds_for_power,
     t_interval,
 )
-from trainer.ablations import PROFILES
+from trainer.ablation.designs import PROFILES
 
 SIMS = 3000
 # Monte Carlo slack on a rate near 10% over SIMS draws: 3 standard errors.
@@ -41,7 +41,7 @@ def new_rule(base: list[float], treat: list[float]) -> str:
 
 
 def old_rule(base: list[float], treat: list[float]) -> str:
-    """The replaced rule, as it was (trainer/ablations.py before this change): decided when
+    """The replaced rule, as it was (trainer/ablation/designs.py before this change): decided when
     |mean(t) - mean(b)| exceeds the larger of the two variants' max - min over seeds."""
     d = mean(treat) - mean(base)
     spread = max(max(base) - min(base), max(treat) - min(treat))

@@ -1,4 +1,4 @@
-"""verifier/allocator.py: the glibc malloc settings of ``verifier serve`` (arena cap, periodic
+"""verifier/service/allocator.py: the glibc malloc settings of ``verifier serve`` (arena cap, periodic
 trim) against RSS growth by fragmentation. What they do to RSS is measured by
 benchmarks/soak.py, not here (RSS on a shared machine is no test); these check that the
 settings are applied, when, and that they are skipped where they must be."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from verifier import allocator
-from verifier.allocator import ARENA_MAX, MallocTuning
+from verifier.service import allocator
+from verifier.service.allocator import ARENA_MAX, MallocTuning
 
 
 class FakeLibc:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.ds_worker import LINEAR, make_batch
-from trainer import magic
+from trainer.magic import rules as magic
 from trainer.backends import BackendConfig, OptimizerConfig, check_model_path, create_backend
 from trainer.backends.common import UPDATE_METRIC_KEYS
 from trainer.backends.forward import SplitForward, target_logprobs, token_stats

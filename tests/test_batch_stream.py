@@ -19,9 +19,9 @@ from verifier.convert import encode_item, result_from_proto
 from verifier.items import Status
 from verifier.proto import verifier_pb2 as pb
 from verifier.proto import verifier_pb2_grpc as pb_grpc
-from verifier.scoring import Scorer, ScoringConfig
-from verifier.server import ServeConfig, create_server
-from verifier.servicer import VerifierServicer
+from verifier.scoring.scorer import Scorer, ScoringConfig
+from verifier.service.server import ServeConfig, create_server
+from verifier.service.servicer import VerifierServicer
 
 
 def item(i: int, prefix: str = "b") -> dict:

@@ -1,4 +1,4 @@
-"""The call gate (verifier/call_gate.py) against the red team's stalls, on a real server on
+"""The call gate (verifier/service/call_gate.py) against the red team's stalls, on a real server on
 loopback: callers that send headers and never a body, idle streams, floods of unauthenticated
 calls, probes starved by scoring calls. Each test fails on the server before the gate (a token
 checked only after the body, one slot limit shared with health, no client-side deadlines)."""
@@ -22,8 +22,8 @@ from verifier.convert import item_to_proto
 from verifier.items import Status
 from verifier.proto import verifier_pb2 as pb
 from verifier.proto import verifier_pb2_grpc as pb_grpc
-from verifier.scoring import ScoringConfig
-from verifier.server import ServeConfig, create_server
+from verifier.scoring.scorer import ScoringConfig
+from verifier.service.server import ServeConfig, create_server
 
 TOKEN = "gate-test-token"
 SLOTS = 4

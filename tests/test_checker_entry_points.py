@@ -20,8 +20,8 @@ from verifier.config import ScoringConfig, ServeConfig
 from verifier.integrations import verl as verl_reward
 from verifier.integrations.trl import VerifierReward
 from verifier.items import Status
-from verifier.problems import DataError, load_rows
-from verifier.server import create_server
+from verifier.data.problems import DataError, load_rows
+from verifier.service.server import create_server
 
 TESTS = {"inputs": ["3\n", "2\n"], "outputs": ["1 2 3\n", "1 2\n"]}
 PERM_GT = dict(TESTS, checker={"language": "python", "source": PERM_CHECKER})
@@ -169,7 +169,7 @@ def test_verl_reward_functions(server) -> None:  # noqa: F811
 
 
 def test_trainer_path_keeps_the_checker(server, tmp_path: Path) -> None:  # noqa: F811
-    """The trainer loads problems through verifier/problems.py and sends each response as
+    """The trainer loads problems through verifier/data/problems.py and sends each response as
     ``Problem.verifier_item`` through the verifier client: the checker column arrives."""
     problems = {p.id: p for p in load_problems([_problems(tmp_path)])[0]}
     sent = [problems["perm"].verifier_item("a", REVERSED), problems["ci"].verifier_item("b", YES),

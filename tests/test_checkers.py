@@ -12,16 +12,16 @@ import pytest
 
 from tests.conftest_sandbox import (SUM_GT, SUM_OK, after_attack, forkserver_sandbox,  # noqa: F401
                                     nsjail_sandbox, respond)
-from verifier import checker_jail, code_score
-from verifier.checker_jail import Case, cached_self_check
-from verifier.checkers import MAX_CHECKER_CHARS, ProgramChecker, float_eps, parse_checker
-from verifier.code_score import score_code
-from verifier.ground_truth import BadGroundTruth, parse_ground_truth
+from verifier.scoring import checker_jail, code_score
+from verifier.scoring.checker_jail import Case, cached_self_check
+from verifier.scoring.checkers import MAX_CHECKER_CHARS, ProgramChecker, float_eps, parse_checker
+from verifier.scoring.code_score import score_code
+from verifier.data.ground_truth import BadGroundTruth, parse_ground_truth
 from verifier.items import NOT_A_VERDICT, Item, Limits, Status
-from verifier.output_compare import compare_stdout, tokens_match, values_match
-from verifier.problems import DataError, check_code_truth
-from verifier.profiles import get_profile
-from verifier.scoring import Scorer, ScoringConfig
+from verifier.scoring.output_compare import compare_stdout, tokens_match, values_match
+from verifier.data.problems import DataError, check_code_truth
+from verifier.scoring.profiles import get_profile
+from verifier.scoring.scorer import Scorer, ScoringConfig
 
 # -- the built-in comparators' rules -------------------------------------------------------------
 

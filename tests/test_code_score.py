@@ -18,16 +18,16 @@ import pytest
 from sandbox.nsjail import NsjailSandbox
 from tests.conftest_sandbox import (SUM_GT, SUM_OK, nsjail_sandbox, refuse_sandbox,  # noqa: F401
                                     respond)
-from verifier import code_score
-from verifier.code_score import score_code
-from verifier.checker_jail import Case, checker_run
-from verifier.checkers import parse_checker
-from verifier.ground_truth import BadGroundTruth, parse_ground_truth
+from verifier.scoring import code_score
+from verifier.scoring.code_score import score_code
+from verifier.scoring.checker_jail import Case, checker_run
+from verifier.scoring.checkers import parse_checker
+from verifier.data.ground_truth import BadGroundTruth, parse_ground_truth
 from verifier.harness import build, framing, harness_source
-from verifier.output_compare import outputs_match, values_match
+from verifier.scoring.output_compare import outputs_match, values_match
 from verifier.items import PROFILES, Item, Limits, Status
-from verifier.profiles import get_profile
-from verifier.scoring import Scorer, ScoringConfig
+from verifier.scoring.profiles import get_profile
+from verifier.scoring.scorer import Scorer, ScoringConfig
 
 
 def score(sb, code, gt, **limits):
@@ -595,7 +595,7 @@ def test_the_declared_payload_is_the_one_the_harness_reads():
 
 
 def _payload(mode: str) -> dict:
-    """A payload of ``mode`` as the judge builds it (a checker's: verifier/checker_jail.py)."""
+    """A payload of ``mode`` as the judge builds it (a checker's: verifier/scoring/checker_jail.py)."""
     if mode == "checker":
         checker = parse_checker({"language": "python", "source": "pass"})
         cfg, _limits = checker_run(checker, [Case(0, "1\n", b"2\n", "1\n")], test_timeout=6,
@@ -869,8 +869,8 @@ def test_leetcode_run_all_after_timeout_resumes(nsjail_sandbox):
 
 def test_unavailable_sandbox_refuses_code_items(monkeypatch):
     """With no working sandbox the scorer answers code items SANDBOX_ERROR with the reason
-    (the production path: verifier.scoring.open_sandbox), never runs them unsandboxed."""
-    monkeypatch.setattr("verifier.scoring.create_sandbox",
+    (the production path: verifier.scoring.scorer.open_sandbox), never runs them unsandboxed."""
+    monkeypatch.setattr("verifier.scoring.scorer.create_sandbox",
                         refuse_sandbox("nsjail binary not found at /x"))
     scorer = Scorer(ScoringConfig(workers=1))
     try:

@@ -24,9 +24,9 @@ from tests.conftest_sandbox import (  # noqa: F401
 )
 from sandbox import SandboxLimits
 from sandbox.nsjail import PACKAGES_MOUNT
-from verifier.code_score import score_code
+from verifier.scoring.code_score import score_code
 from verifier.items import PROFILES, Limits, Status
-from verifier.profiles import get_profile
+from verifier.scoring.profiles import get_profile
 
 ONE = {"inputs": ["5\n"], "outputs": ["25\n"]}
 TWO = {"inputs": ["5\n", "6\n"], "outputs": ["25\n", "36\n"]}

@@ -45,7 +45,7 @@ def _score(server, problems, responses: dict[str, str]) -> dict:
 
 def test_aime_files_round_trip_through_the_verifier(server) -> None:
     from trainer.evaluation import generations_records
-    from verifier.evaluate import problem_from_dict
+    from verifier.eval.evaluate import problem_from_dict
 
     res = load_dataset([AIME / "aime24.parquet", AIME / "aime25.parquet"])
     assert (len(res.problems), res.skipped, res.outside_window) == (60, 0, 0)

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from scripts import demo_entropy as de
-from trainer.ablation_stats import INCONCLUSIVE, REPRODUCED
+from trainer.ablation.stats import INCONCLUSIVE, REPRODUCED
 
 
 def write_run(out: Path, arm: str, seed: int, entropy: list[float]) -> None:

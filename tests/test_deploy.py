@@ -4,7 +4,7 @@ version we support and the newest the validator knows; the manifests agree with 
 (labels, ports, Secret, Service name) and with the real CLIs (their flags parse); the compose
 file and the Dockerfiles say what they must. No Docker engine or cluster is needed.
 
-The HTTP drop-in (verifier/http_gateway.py) is off in the image, the compose file and the
+The HTTP drop-in (verifier/http/gateway.py) is off in the image, the compose file and the
 Kubernetes base, and on with the documented switch in each: VERIFIER_HTTP_PORT, which the image's
 entry script (run here with a fake `verifier`) turns into `serve --http-port`; the compose
 override deploy/docker-compose.http.yml; the kustomize component deploy/k8s/components/http
@@ -27,8 +27,8 @@ import pytest
 import tyro
 import yaml
 
-from verifier.fleet import parse_address
-from verifier.server import ServeConfig
+from verifier.client.fleet import parse_address
+from verifier.service.server import ServeConfig
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 

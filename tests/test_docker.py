@@ -47,7 +47,7 @@ from tests.conftest_docker import (  # noqa: F401 - docker_env is a fixture
 )
 from tests.conftest_sandbox import SUM_GT, SUM_OK, respond
 from verifier.client import ClientConfig, VerifierClient
-from verifier.code_score import score_code
+from verifier.scoring.code_score import score_code
 from verifier.items import Limits, Status
 
 ROOT = Path(__file__).resolve().parents[1]

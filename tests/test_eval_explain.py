@@ -1,5 +1,5 @@
 """``verifier eval --explain default``: the LiveCodeBench problems' responses judged under both
-``lcb`` and ``default``, and each disagreement named with its rule class (verifier/explain.py).
+``lcb`` and ``default``, and each disagreement named with its rule class (verifier/eval/explain.py).
 Programs of the differential set (tests/lcb_differential.py) whose verdicts differ between the
 profiles, judged by a real server (nsjail); the lcb verdicts are LiveCodeBench's own labels
 (tests/fixtures/lcb_labels.json)."""
@@ -13,7 +13,7 @@ import pytest
 
 from tests.lcb_differential import PROGRAMS, problems
 from verifier.cli import main
-from verifier.explain import RULE_CLASSES
+from verifier.eval.explain import RULE_CLASSES
 
 LABELS = json.loads((Path(__file__).parent / "fixtures" / "lcb_labels.json").read_text())
 CHOSEN = ["stdin_for_line", "stdout_os_write", "wrap_global_in_function", "guard_reversed",

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from verifier import lcb
+from verifier.data import lcb
 from verifier.cli import main
 
 ADD = "a, b = map(int, input().split())\nprint(a + b)"
@@ -485,7 +485,7 @@ def test_bad_ground_truth_row_is_not_judged_with_its_generations(
 
 # --------------------------------------------------------------------------------------------
 # Integers past Python's 4,300 digits in ground truth: parsed, sent and judged as the profile
-# says (verifier/bigint.py), in eval, on the client and on the server, never by raising the
+# says (verifier/scoring/bigint.py), in eval, on the client and on the server, never by raising the
 # process-wide limit
 # --------------------------------------------------------------------------------------------
 

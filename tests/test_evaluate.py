@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from verifier.cli import main
-from verifier.evaluate import (
+from verifier.eval.evaluate import (
     EvalConfig,
     avg_at_k,
     eval_table,
@@ -223,7 +223,7 @@ def test_malformed_lines_are_not_judged_and_the_run_goes_on(tmp_path: Path) -> N
     # Without --skip-invalid a malformed line is NOT JUDGED: named with its file, line, reason
     # and responses; a line whose id and responses can be read keeps them (its generations are
     # counted); the rest is scored and the summary written; exit_code says 3.
-    from verifier.evaluate import EXIT_NOT_JUDGED, exit_code
+    from verifier.eval.evaluate import EXIT_NOT_JUDGED, exit_code
 
     p1, p2, p3 = three_problems()
     no_truth = {"id": "nt", "domain": "math", "responses": [RIGHT % "1", WRONG, WRONG]}
@@ -374,7 +374,7 @@ def test_problem_over_the_ground_truth_cap_is_not_judged(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A ground truth the verifier would refuse (over MAX_GROUND_TRUTH_CHARS; lowered here) is
     # never sent: its responses are INVALID_INPUT, and they fail the run unless allowed.
-    import verifier.evaluate as evaluate
+    import verifier.eval.evaluate as evaluate
 
     monkeypatch.setattr(evaluate, "MAX_GROUND_TRUTH_CHARS", 100, raising=False)
     rows = three_problems() + [problem("big", "9" * 200, [True, True], "aime25")]

@@ -28,11 +28,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ServerProcess, free_port, math_item
-from verifier import fleet
+from verifier.client import fleet
 from verifier.client import AsyncVerifierClient, ClientConfig, VerifierClient
 from verifier.items import Status, VerifierError
-from verifier.scoring import ScoringConfig
-from verifier.server import ServeConfig, create_server
+from verifier.scoring.scorer import ScoringConfig
+from verifier.service.server import ServeConfig, create_server
 
 ANSWER_FORMS = [
     (r"\frac{{{a}}}{{2}}", "{a}/2"),

@@ -20,8 +20,8 @@ from tests.certs import SERVER_DNS_NAME, Pki, make_pki  # noqa: E402
 from tests.conftest import ServerProcess, math_item  # noqa: E402
 from verifier.client import ClientConfig, VerifierClient  # noqa: E402
 from verifier.items import Status  # noqa: E402
-from verifier.scoring import ScoringConfig  # noqa: E402
-from verifier.server import ServeConfig, create_server  # noqa: E402
+from verifier.scoring.scorer import ScoringConfig  # noqa: E402
+from verifier.service.server import ServeConfig, create_server  # noqa: E402
 
 TOKEN = "s3cret-token-for-tests"
 ENV_TOKEN = "another-token-from-the-environment"

@@ -26,12 +26,12 @@ from tests.conftest_sandbox import (  # noqa: F401
 from sandbox import SandboxLimits, create_sandbox
 from sandbox.forkserver import PLACEMENT_VIEW, WarmEntry
 from sandbox.policy_reader import POLICY_FILE, cgroup_files, policy_mounts
-from verifier.code_score import score_code
+from verifier.scoring.code_score import score_code
 from verifier.harness import harness_source
-from verifier.harness_files import HARNESS_FILE, HARNESS_PYC
+from verifier.scoring.harness_files import HARNESS_FILE, HARNESS_PYC
 from verifier.config import ScoringConfig
 from verifier.items import Item, Limits, Status
-from verifier.scoring import Scorer, use_forkserver
+from verifier.scoring.scorer import Scorer, use_forkserver
 
 ONE = {"inputs": ["5\n"], "outputs": ["25\n"]}
 
@@ -47,7 +47,7 @@ STRICTER = os.ST_NOSUID | os.ST_NODEV
 
 
 def test_the_zygotes_jail_is_nsjails(forkserver_sandbox):
-    """benchmarks/jail_probe.py run exec'd in a zygote's jail and in nsjail's sees the same:
+    """tests/jail_probe.py run exec'd in a zygote's jail and in nsjail's sees the same:
     ids, PID, session and process group (and setsid/setpgid's answers), hostname, cwd,
     environment, umask, root and /dev, every rlimit, descriptors, blocked signals,
     no_new_privs, dumpability, each mount's flags (and the scratch's size and inodes), the
@@ -57,7 +57,7 @@ def test_the_zygotes_jail_is_nsjails(forkserver_sandbox):
     it), and mount flags that are stricter in the forked jail (nosuid and nodev where nsjail's
     have neither, never one flag fewer)."""
     sb = forkserver_sandbox
-    argv = [sb.python, "-I", "-S", "-c", (PROJECT_ROOT / "benchmarks/jail_probe.py").read_text()]
+    argv = [sb.python, "-I", "-S", "-c", (PROJECT_ROOT / "tests/jail_probe.py").read_text()]
     lim = SandboxLimits(wall_s=20, cpu_s=10)
     cold = sb.run(argv, files=PROBE_FILES, limits=lim)
     forked = sb.run_forked(argv, files=PROBE_FILES, limits=lim)
@@ -442,9 +442,9 @@ import sys, threading, time
 sys.path.insert(0, sys.argv[1])
 from sandbox import create_sandbox
 from sandbox.forkserver import WarmEntry
-from verifier.code_score import score_code
+from verifier.scoring.code_score import score_code
 from verifier.harness import harness_source
-from verifier.harness_files import HARNESS_FILE, HARNESS_PYC
+from verifier.scoring.harness_files import HARNESS_FILE, HARNESS_PYC
 from verifier.items import Limits
 sb = create_sandbox("nsjail", forkserver=WarmEntry((HARNESS_PYC, HARNESS_FILE), harness_source()))
 code = "```python\nimport time\ntime.sleep(120)\n```"

@@ -51,7 +51,7 @@ def test_cpu_form_runs_every_phase_and_says_no_gpu_was_used(cpu_check) -> None:
     for name in ("numerics", "backends", "update_lengths", "engine", "trainer_run"):
         assert phases[name]["status"] == "passed", (name, phases[name].get("error"))
 
-    # numerics: fp32 against trainer/reference_step.py, bf16 against fp32, within tolerance
+    # numerics: fp32 against trainer/magic/reference_step.py, bf16 against fp32, within tolerance
     checks = phases["numerics"]["checks"]
     assert set(checks) == {"cpu_fp32_vs_reference_step", "cpu_bf16_vs_cpu_fp32"}
     for name, c in checks.items():

@@ -6,8 +6,8 @@
   timed out; a connection that sent half a request line was still open 90 s later. Now the
   gateway caps its connections (in total and per peer IP, under the descriptor limit) and
   closes a connection whose request line and headers do not come in time
-  (verifier/http_gateway_connections.py); a descriptor shortage is the service's fault
-  (UNAVAILABLE), never a verdict (verifier/descriptors.py).
+  (verifier/http/connections.py); a descriptor shortage is the service's fault
+  (UNAVAILABLE), never a verdict (verifier/service/descriptors.py).
 - (LOW) /run_code had a jail pool of its own beside the code items': a server with
   --code-concurrency N ran 2N jails. Now both take the Scorer's one set of jail slots.
 
@@ -39,17 +39,17 @@ from tests.conftest_sandbox import nsjail_sandbox, refuse_sandbox  # noqa: F401 
 from tests.test_server import _jails_of
 from verifier.client import ClientConfig, VerifierClient
 from verifier.convert import encode_item
-from verifier.http_gateway_run_code import BOOTSTRAP
-from verifier.local import LocalVerifier
+from verifier.http.run_code import BOOTSTRAP
+from verifier.client.local import LocalVerifier
 from verifier.proto import verifier_pb2 as pb
 from verifier.proto import verifier_pb2_grpc as pb_grpc
-from verifier.scoring import Scorer, ScoringConfig
-from verifier.server import ServeConfig, create_server
+from verifier.scoring.scorer import Scorer, ScoringConfig
+from verifier.service.server import ServeConfig, create_server
 
 NOFILE = 256
 """The flooded server's RLIMIT_NOFILE, soft and hard (so ``verifier serve`` cannot raise it):
 small, so that a flood of a few hundred connections is cheap. The gateway's cap under it is
-(256 - 128) // 2 = 64 connections, 32 per peer (verifier/descriptors.py)."""
+(256 - 128) // 2 = 64 connections, 32 per peer (verifier/service/descriptors.py)."""
 FLOOD = 300
 SUM = "a, b = map(int, input().split())\nprint(a + b)"
 SUM_ITEM = {"id": "sum", "domain": "code", "response": f"```python\n{SUM}\n```",
@@ -214,7 +214,7 @@ def test_tls_handshake_and_headers_have_the_deadline_too(tmp_path) -> None:
     request that comes in time is served."""
     pki = make_pki(tmp_path)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("verifier.scoring.create_sandbox", refuse_sandbox("no jails in this test"))
+        mp.setattr("verifier.scoring.scorer.create_sandbox", refuse_sandbox("no jails in this test"))
         srv, _ = create_server("127.0.0.1:0", ServeConfig(
             scoring=ScoringConfig(workers=1), http_port=0, tls_cert=pki.server_cert,
             tls_key=pki.server_key, http_header_timeout_s=1.0))
@@ -342,7 +342,7 @@ def test_out_of_descriptors_is_the_services_fault_never_a_verdict(nsjail_sandbox
 
 
 def test_connection_cap_follows_the_descriptor_limit() -> None:
-    from verifier.descriptors import http_connection_cap
+    from verifier.service.descriptors import http_connection_cap
 
     assert http_connection_cap(1024, 1024) == 448  # (1024 - 128) // 2
     assert http_connection_cap(1024, 1 << 20) == 1024  # the configured cap, when it is lower

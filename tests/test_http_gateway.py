@@ -1,4 +1,4 @@
-"""The HTTP gateway (verifier/http_gateway.py) for real: a server with ``http_port=0`` on
+"""The HTTP gateway (verifier/http/gateway.py) for real: a server with ``http_port=0`` on
 loopback and the real nsjail sandbox, called by the trainers' own client code, plus bad input,
 limits, token, TLS and the drain.
 
@@ -46,8 +46,8 @@ from tests.conftest_sandbox import (
     refuse_sandbox,
     sandbox_pids,
 )
-from verifier.scoring import ScoringConfig
-from verifier.server import ServeConfig, create_server
+from verifier.scoring.scorer import ScoringConfig
+from verifier.service.server import ServeConfig, create_server
 
 CLIENTS = ROOT / ".venv" / "client-packages"
 TOKEN = "http-gateway-test-token"
@@ -118,7 +118,7 @@ def secure(tmp_path_factory) -> Iterator[tuple[str, object]]:
     token_file = tmp_path_factory.mktemp("tok") / "token"
     token_file.write_text(TOKEN + "\n")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("verifier.scoring.create_sandbox", refuse_sandbox("no sandbox in this test"))
+        mp.setattr("verifier.scoring.scorer.create_sandbox", refuse_sandbox("no sandbox in this test"))
         srv, _ = create_server("127.0.0.1:0", ServeConfig(
             scoring=ScoringConfig(workers=1), http_port=0, tls_cert=pki.server_cert,
             tls_key=pki.server_key, token_file=token_file))

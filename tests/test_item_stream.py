@@ -1,4 +1,4 @@
-"""verifier/stream.py's ItemStream on its own: no gRPC server, no scorer, no jail. The submit
+"""verifier/service/stream.py's ItemStream on its own: no gRPC server, no scorer, no jail. The submit
 function hands back futures the test finishes itself, so the stream's orderings (a slot freed
 only once its result is written, the call's error after the results in hand, the cancels when
 the call ends) are seen directly. tests/test_batch_stream.py runs the same loop end to end."""
@@ -12,9 +12,9 @@ from concurrent import futures as cf
 import pytest
 
 from verifier.items import Result, Status, VerifierError
-from verifier.metrics import ServerMetrics
+from verifier.service.metrics import ServerMetrics
 from verifier.proto import verifier_pb2 as pb
-from verifier.stream import ItemStream
+from verifier.service.stream import ItemStream
 
 
 class Gate:

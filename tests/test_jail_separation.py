@@ -18,7 +18,7 @@ from tests.conftest_sandbox import (  # noqa: F401
     nsjail_sandbox,
     respond,
 )
-from verifier.code_score import score_code
+from verifier.scoring.code_score import score_code
 from verifier.items import Limits, Outcome, Status
 
 ONE = {"inputs": ["5\n"], "outputs": ["25\n"]}

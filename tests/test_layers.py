@@ -32,15 +32,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 PUBLIC_SURFACE = frozenset({
     "verifier",                 # the package: Item, Limits, Outcome, Result, Status, VerifierError
-    "verifier.client",          # VerifierClient, AsyncVerifierClient, ClientConfig
-    "verifier.client_config",   # ClientConfig (re-exported by verifier.client)
-    "verifier.fleet",           # many replicas behind one client
+    "verifier.client",          # the clients' face: VerifierClient, AsyncVerifierClient, ClientConfig
+    "verifier.client.config",   # ClientConfig (re-exported by verifier.client)
+    "verifier.client.fleet",    # many replicas behind one client
+    "verifier.client.local",    # starting a local verifier
     "verifier.items",           # items, limits, results, statuses, NOT_A_VERDICT
-    "verifier.problems",        # problem rows and their file formats
-    "verifier.ground_truth",    # the code ground-truth format, parsed (pure)
-    "verifier.lcb",             # LiveCodeBench's rows, prompts and windows
-    "verifier.evaluate",        # evaluation metrics and reports
-    "verifier.local",           # starting a local verifier
+    "verifier.data.problems",   # problem rows and their file formats
+    "verifier.data.ground_truth",  # the code ground-truth format, parsed (pure)
+    "verifier.data.lcb",        # LiveCodeBench's rows, prompts and windows
+    "verifier.eval.evaluate",   # evaluation metrics and reports
     "verifier.logs",            # the shared logging set-up
 })
 
@@ -66,7 +66,7 @@ def _is_under(module: str, package: str) -> bool:
 def imports_of(source: str, path: str, package: str) -> list[Import]:
     """Every module ``source`` imports (relative imports resolved against ``package``, the
     dotted package the file is in); ``from pkg import name`` also counts ``pkg.name`` when that
-    is a module, so ``from verifier import code_score`` is seen as ``verifier.code_score``."""
+    is a module, so ``from verifier import code_score`` is seen as ``verifier.scoring.code_score``."""
     out: list[Import] = []
     for node in ast.walk(ast.parse(source, path)):
         if isinstance(node, ast.Import):
@@ -173,16 +173,17 @@ def test_the_public_surface_is_written_down_in_the_package() -> None:
 # -- the checker catches what it should (a test that can never fail proves nothing) ----------
 
 SNIPPETS = {
-    ("verifier", "verifier.scoring"): "def f():\n    import torch\n",
+    ("verifier", "verifier.scoring.scorer"): "def f():\n    import torch\n",
     ("verifier", "verifier"): "from trainer.loop import Trainer\n",
     ("sandbox", "sandbox.x"): "from verifier.items import Status\n",
     ("sandbox", "sandbox"): "import verifier.items as vi\n",
-    ("verifier", "verifier.descriptors"): "from sandbox.forkserver import WarmEntry\n",
-    ("verifier", "verifier.pool"): "def f():\n    import sandbox.scratch\n",
-    ("verifier", "verifier.code_score"): "from sandbox import uidpool\n",
-    ("verifier", "verifier.server"): "from sandbox import NsjailSandbox\n",
-    ("trainer", "trainer"): "from verifier.code_score import score_code\n",
-    ("trainer", "trainer.data"): "def f():\n    from verifier import code_score\n",
+    ("verifier", "verifier.service.descriptors"): "from sandbox.forkserver import WarmEntry\n",
+    ("verifier", "verifier.scoring.pool"): "def f():\n    import sandbox.scratch\n",
+    ("verifier", "verifier.scoring.code_score"): "from sandbox import uidpool\n",
+    ("verifier", "verifier.service.server"): "from sandbox import NsjailSandbox\n",
+    ("trainer", "trainer"): "from verifier.scoring.code_score import score_code\n",
+    ("trainer", "trainer.data"): "def f():\n    from verifier.scoring import code_score\n",
+    ("trainer", "trainer.loop"): "from verifier.client import clients\n",
     ("trainer", "trainer.cli"): "import verifier.cli\n",
 }
 
@@ -201,5 +202,5 @@ def test_checker_allows_the_sandbox_front_door() -> None:
 
 def test_checker_allows_the_public_surface() -> None:
     source = ("from verifier.client import VerifierClient\nfrom verifier import items\n"
-              "from verifier.items import NOT_A_VERDICT\nimport verifier.local\n")
+              "from verifier.items import NOT_A_VERDICT\nimport verifier.client.local\n")
     assert violations(imports_of(source, "<snippet>", "trainer"), "trainer") == []

@@ -12,9 +12,9 @@ import pytest
 
 from tests.conftest_sandbox import nsjail_sandbox  # noqa: F401
 from tests.lcb_differential import PROGRAMS, fenced, problems
-from verifier.code_score import score_code
+from verifier.scoring.code_score import score_code
 from verifier.items import Limits, Status
-from verifier.profiles import get_profile
+from verifier.scoring.profiles import get_profile
 
 LABELS_PATH = Path(__file__).resolve().parent / "fixtures" / "lcb_labels.json"
 LABELS = json.loads(LABELS_PATH.read_text(encoding="utf-8"))

@@ -2,7 +2,7 @@
 lcb_runner.py; LiveCodeBench/LiveCodeBench at 28fef95, lcb_runner/evaluation/testing_util.py),
 one test per rule on the pure pieces; tests/test_lcb_differential.py judges whole programs in
 real nsjail against LiveCodeBench's own labels. Also: ground truth with integers past 4,300
-digits parsed as the profile says (verifier/bigint.py)."""
+digits parsed as the profile says (verifier/scoring/bigint.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import json
 
 import pytest
 
-from verifier.bigint import MAX_INT_DIGITS, int_from_digits, int_to_digits, json_loads_digits
-from verifier.ground_truth import BadGroundTruth, parse_ground_truth
+from verifier.scoring.bigint import MAX_INT_DIGITS, int_from_digits, int_to_digits, json_loads_digits
+from verifier.data.ground_truth import BadGroundTruth, parse_ground_truth
 from verifier.harness.lcb_runner import (LcbStdin, lcb_clean_if_name, lcb_make_function,
                                          lcb_program_text, skywork_function_to_method,
                                          skywork_stdin)
-from verifier.problems import check_code_truth
-from verifier.profiles import LCB_PREAMBLE
+from verifier.data.problems import check_code_truth
+from verifier.scoring.profiles import LCB_PREAMBLE
 
 
 def test_rule_clean_if_name_unwraps_only_a_last_standard_guard():

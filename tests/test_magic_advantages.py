@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.magic import filter_groups, group_advantages
+from trainer.magic.rules import filter_groups, group_advantages
 
 EPS = 1e-6
 F64 = torch.float64

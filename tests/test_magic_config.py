@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.magic_config import MagicConfig, default_stages
-from trainer.magic import AdaptiveEntropyController, OffPolicyConfig, Stage, StageSchedule
+from trainer.magic.config import MagicConfig, default_stages
+from trainer.magic.rules import AdaptiveEntropyController, OffPolicyConfig, Stage, StageSchedule
 
 
 def test_defaults_are_the_released_values():
@@ -128,7 +128,7 @@ def test_derived_objects():
 
 def test_config_module_does_not_import_torch():
     code = ("import sys, trainer, trainer.config; c = trainer.config.MagicConfig(); "
-            "from trainer.magic_controller import AdaptiveEntropyController; "
+            "from trainer.magic.controller import AdaptiveEntropyController; "
             "AdaptiveEntropyController.from_config(c); c.stage_schedule(); "
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True,

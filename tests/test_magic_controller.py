@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.magic_controller import AdaptiveEntropyController
+from trainer.magic.controller import AdaptiveEntropyController
 
 
 def run(ctrl, entropies):
@@ -119,7 +119,7 @@ def test_state_errors():
 
 
 def test_controller_module_does_not_import_torch():
-    code = "import sys, trainer.magic_controller; assert 'torch' not in sys.modules"
+    code = "import sys, trainer.magic.controller; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True,
                    cwd=Path(__file__).resolve().parents[1])
 

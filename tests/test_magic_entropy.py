@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-import trainer.magic as magic
-from trainer.magic import masked_mean, token_entropy
+import trainer.magic.rules as magic
+from trainer.magic.rules import masked_mean, token_entropy
 
 F64 = torch.float64
 LN2 = math.log(2.0)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from trainer.magic import (
+from trainer.magic.rules import (
     entropy_loss,
     kl_loss,
     kl_penalty,

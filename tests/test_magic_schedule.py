@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.magic import OffPolicyConfig, Plateau, Stage, StageSchedule, response_indices
+from trainer.magic.rules import OffPolicyConfig, Plateau, Stage, StageSchedule, response_indices
 
 
 def steps_stages():

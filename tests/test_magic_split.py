@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.magic import (
+from trainer.magic.rules import (
     global_token_count,
     magic_loss,
     policy_loss,

@@ -1,4 +1,4 @@
-"""The default profile's math classes (docs/verifier.md 1, verifier/math_rules.py):
+"""The default profile's math classes (docs/verifier.md 1, verifier/scoring/math_rules.py):
 hedged answers, false relations, relation symbols with no left side, hidden LaTeX, base
 subscripts, decimal percentages, intervals against inequalities. One table per class, both
 directions and the near misses that stay wrong.
@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from verifier import extract, math_rules
+from verifier.scoring import extract, math_rules
 from verifier.items import Limits, Status
-from verifier.math_score import quick_verdict, score_math
-from verifier.profiles import PROFILE_TABLE
+from verifier.scoring.math_score import quick_verdict, score_math
+from verifier.scoring.profiles import PROFILE_TABLE
 
 C, I, N = Status.CORRECT, Status.INCORRECT, Status.NO_ANSWER
 DEFAULT, SKYWORK = PROFILE_TABLE["default"], PROFILE_TABLE["skywork"]

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from verifier import math_score
+from verifier.scoring import math_score
 from verifier.items import Limits, Status
-from verifier.math_score import MAX_ANSWER_CHARS, score_math
+from verifier.scoring.math_score import MAX_ANSWER_CHARS, score_math
 
 C, I, N, X = Status.CORRECT, Status.INCORRECT, Status.NO_ANSWER, Status.INVALID_INPUT
 LIMITS = Limits()
@@ -392,7 +392,7 @@ def test_never_raises_and_is_repeatable(answer: str, gold: str) -> None:
 ])
 def test_quick_verdict_agrees_with_score_math(response, gold) -> None:
     """The service judges these inline (no worker): the verdict must be score_math's."""
-    from verifier.math_score import quick_verdict
+    from verifier.scoring.math_score import quick_verdict
 
     quick = quick_verdict(response, gold)
     assert quick is not None
@@ -405,7 +405,7 @@ def test_quick_verdict_agrees_with_score_math(response, gold) -> None:
     (r"\boxed{1" + "0" * 300 + "}", "1"), (r"\boxed{50\%}", "50"),
 ])
 def test_quick_verdict_leaves_the_rest_to_the_full_rules(response, gold) -> None:
-    from verifier.math_score import quick_verdict
+    from verifier.scoring.math_score import quick_verdict
 
     assert quick_verdict(response, gold) is None
 
@@ -495,7 +495,7 @@ def test_plain_rational_fast_path_is_math_verifys_verdict() -> None:
     exactly the status and detail of the full path (math-verify over sympy, then the exact-
     number check) on a large generated set: equal values spelled differently, values equal at
     math-verify's 6 decimals but different, signs, several golds."""
-    from verifier.math_score import _judge, _plain_verdict
+    from verifier.scoring.math_score import _judge, _plain_verdict
 
     pairs = _rational_pairs(1500, seed=15)
     fast_hits = 0
@@ -517,6 +517,6 @@ def test_plain_rational_fast_path_is_math_verifys_verdict() -> None:
     (r"\frac{1}{2}\%", r"\frac{1}{2}"), (r"\sqrt{4}", "2"),
 ])
 def test_plain_rational_fast_path_leaves_the_rest_to_math_verify(answer, gold) -> None:
-    from verifier.math_score import _plain_verdict
+    from verifier.scoring.math_score import _plain_verdict
 
     assert _plain_verdict(answer, [gold]) is None

@@ -12,7 +12,7 @@ import torch
 
 from tests.test_trainer import data, demo_config  # noqa: F401  (the arithmetic data fixture)
 from trainer import metric_names as mn
-from trainer.ablations import WINDOWS, run_numbers
+from trainer.ablation.designs import WINDOWS, run_numbers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,7 +70,7 @@ def test_an_ablation_summary_names_only_declared_metrics() -> None:
 
 def test_no_module_spells_a_metric_name() -> None:
     """The rule of trainer/metric_names.py: every other module imports the name (but
-    trainer/reference_step.py, plain torch in one file by design)."""
+    trainer/magic/reference_step.py, plain torch in one file by design)."""
     names = {k for k in (*mn.METRICS, *mn.ABLATION_METRICS) if "/" in k and "<" not in k}
     found = []
     for path in sorted((ROOT / "trainer").rglob("*.py")):

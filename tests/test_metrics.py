@@ -20,8 +20,8 @@ from tests.conftest import math_item
 from tests.conftest_sandbox import refuse_sandbox
 from verifier.client import ClientConfig, VerifierClient
 from verifier.items import Status
-from verifier.scoring import Scorer, ScoringConfig
-from verifier.server import ServeConfig, create_server
+from verifier.scoring.scorer import Scorer, ScoringConfig
+from verifier.service.server import ServeConfig, create_server
 
 FENCE = "```"
 
@@ -182,7 +182,7 @@ def test_recycled_workers_are_counted_and_judge_alike(tmp_path) -> None:
 
 
 def test_rejections_and_sandbox_failures_are_counted(monkeypatch) -> None:
-    monkeypatch.setattr("verifier.scoring.create_sandbox", refuse_sandbox("test: nsjail missing"))
+    monkeypatch.setattr("verifier.scoring.scorer.create_sandbox", refuse_sandbox("test: nsjail missing"))
     scorer = Scorer(ScoringConfig(workers=1, max_pending=3))
     srv, port = create_server("127.0.0.1:0", ServeConfig(metrics_port=0), scorer=scorer)
     try:
@@ -207,11 +207,11 @@ def test_item_errors_are_logged_as_json_with_the_item_id(caplog) -> None:
     from pythonjsonlogger.json import JsonFormatter
 
     from verifier.items import Result
-    from verifier.metered import log_item_error
+    from verifier.service.metered import log_item_error
 
-    caplog.set_level(logging.WARNING, logger="verifier.server")
+    caplog.set_level(logging.WARNING, logger="verifier.service.server")
     log_item_error(Result("item-42", 0.0, False, Status.INTERNAL_ERROR, detail="worker died"),
-                   "math", logging.getLogger("verifier.server"))
+                   "math", logging.getLogger("verifier.service.server"))
     rec = next(r for r in caplog.records if r.getMessage() == "item not scored")
     line = json.loads(JsonFormatter("%(levelname)s %(message)s").format(rec))
     assert line["item_id"] == "item-42" and line["status"] == "INTERNAL_ERROR"

@@ -12,9 +12,9 @@ import pytest
 from verifier.cli import main
 from verifier.client import VerifierClient
 from verifier.items import Status
-from verifier.profiles import DEFAULT_MAX_OUTPUT_MB, PROFILE_TABLE, output_cap
-from verifier.scoring import Scorer, ScoringConfig
-from verifier.server import ServeConfig, create_server
+from verifier.scoring.profiles import DEFAULT_MAX_OUTPUT_MB, PROFILE_TABLE, output_cap
+from verifier.scoring.scorer import Scorer, ScoringConfig
+from verifier.service.server import ServeConfig, create_server
 
 MIB = 1 << 20
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests import pool_tasks as t
 from verifier.items import VerifierError
-from verifier.pool import (MP_DIR_PREFIX, DeadlineExceeded, DeadlinePool, TaskFailed,
+from verifier.scoring.pool import (MP_DIR_PREFIX, DeadlineExceeded, DeadlinePool, TaskFailed,
                            WorkerDied)
 
 
@@ -133,7 +133,7 @@ def test_failed_tasks_count_towards_recycling_and_zero_never_recycles() -> None:
 
 _POOL_CHILD = """
 import multiprocessing.util, sys, time
-from verifier.pool import DeadlinePool
+from verifier.scoring.pool import DeadlinePool
 pool = DeadlinePool(1)
 print(multiprocessing.util.get_temp_dir(), flush=True)
 time.sleep(600)

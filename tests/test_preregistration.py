@@ -1,4 +1,4 @@
-"""The pre-registration of the ablations (trainer/preregistration.py): the committed document is
+"""The pre-registration of the ablations (trainer/ablation/preregistration.py): the committed document is
 what the code renders, every registered design is on fresh seeds sized by its power
 calculation, a changed design changes its fingerprint, and which runs count as confirmatory
 (checked against a real git repository made here: commits before and after the registration, a
@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from trainer import preregistration as pr
-from trainer.ablation_stats import detectable
-from trainer.ablations import ABLATIONS, LABELS
+from trainer.ablation import preregistration as pr
+from trainer.ablation.stats import detectable
+from trainer.ablation.designs import ABLATIONS, LABELS
 from trainer.cli import main as cli_main
 
 
 def test_the_committed_document_is_what_the_code_renders() -> None:
-    assert pr.main(["--check"]) == 0, "run: python -m trainer.preregistration"
+    assert pr.main(["--check"]) == 0, "run: python -m trainer.ablation.preregistration"
     marks = pr.registered_fingerprints((pr.ROOT / pr.DOC).read_text())
     assert marks == {n: pr.fingerprint(a) for n, a in ABLATIONS.items()}
 

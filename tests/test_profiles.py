@@ -4,7 +4,7 @@
 stores them, ``base64(zlib(pickle(json)))``, ``metadata.func_name``) or Skywork-OR1-RL-Data's
 verl schema (``reward_model.ground_truth`` as JSON text: ``inputs``/``outputs``,
 ``assert_case``, ``import_prefix``/``test_code``/``entry_point``, math answers as a JSON list),
-each read by the verifier's own row reader (``verifier.problems.parse_row``). Each rule is shown
+each read by the verifier's own row reader (``verifier.data.problems.parse_row``). Each rule is shown
 to differ from the default profile where the reference judges differ from it.
 
 References: LiveCodeBench/LiveCodeBench at 28fef95 (``lcb_runner/evaluation/testing_util.py``,
@@ -21,16 +21,16 @@ import pytest
 
 from tests.conftest_sandbox import after_attack, forkserver_sandbox, nsjail_sandbox  # noqa: F401
 from verifier.client import VerifierClient
-from verifier.code_score import item_timeout, score_code
-from verifier.extract import lcb_code_block, skywork_code_block
+from verifier.scoring.code_score import item_timeout, score_code
+from verifier.scoring.extract import lcb_code_block, skywork_code_block
 from verifier.items import Item, Limits, Status
-from verifier.lcb import encode_lcb_tests
-from verifier.math_score import score_math
-from verifier.output_compare import compare_return
-from verifier.problems import parse_row
-from verifier.profiles import PROFILE_TABLE, get_profile
-from verifier.scoring import Scorer, ScoringConfig
-from verifier.server import ServeConfig, create_server
+from verifier.data.lcb import encode_lcb_tests
+from verifier.scoring.math_score import score_math
+from verifier.scoring.output_compare import compare_return
+from verifier.data.problems import parse_row
+from verifier.scoring.profiles import PROFILE_TABLE, get_profile
+from verifier.scoring.scorer import Scorer, ScoringConfig
+from verifier.service.server import ServeConfig, create_server
 
 DEFAULT, LCB, SKYWORK = (get_profile(n) for n in ("default", "lcb", "skywork"))
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from trainer.plot import read_metrics
-from verifier.local import LocalVerifier
+from verifier.client.local import LocalVerifier
 
 ROOT = Path(__file__).resolve().parents[1]
 

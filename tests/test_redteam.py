@@ -34,14 +34,14 @@ from tests.conftest_sandbox import (  # noqa: F401
     respond,
     sandbox_pids,
 )
-from verifier import code_score
+from verifier.scoring import code_score
 from verifier.client import VerifierClient
-from verifier.code_score import score_code
+from verifier.scoring.code_score import score_code
 from verifier.items import PROFILES, Item, Limits, Status
-from verifier.math_score import quick_verdict
-from verifier.pool import DeadlinePool
-from verifier.profiles import get_profile
-from verifier.scoring import Scorer, ScoringConfig
+from verifier.scoring.math_score import quick_verdict
+from verifier.scoring.pool import DeadlinePool
+from verifier.scoring.profiles import get_profile
+from verifier.scoring.scorer import Scorer, ScoringConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 UNJUDGED = (Status.SANDBOX_ERROR, Status.INVALID_INPUT, Status.INTERNAL_ERROR)
@@ -334,7 +334,7 @@ def test_huge_numeric_output_is_compared_off_the_server_threads(verifier_process
 
 
 def test_code_block_extraction_is_linear():
-    from verifier.extract import last_code_block
+    from verifier.scoring.extract import last_code_block
 
     t = time.monotonic()
     for text in ("`" * 1_000_000, "```\n" * 250_000, "```python" * 100_000):
@@ -863,7 +863,7 @@ def test_slow_to_compile_program_does_not_hold_the_judges_gil(nsjail_sandbox):
 @pytest.fixture()
 def parse_pool():
     """A worker pool like the scorer's compare pool: ``run_bounded`` with a real deadline."""
-    pool = DeadlinePool(1, preload=("verifier.ground_truth",))
+    pool = DeadlinePool(1, preload=("verifier.data.ground_truth",))
     yield lambda fn, args, deadline_s: pool.submit(fn, args, deadline_s).result()
     pool.shutdown()
 

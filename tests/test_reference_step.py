@@ -1,7 +1,7 @@
-"""trainer/reference_step.py, the one-file reading of a MAGIC step, held to the real thing: its
+"""trainer/magic/reference_step.py, the one-file reading of a MAGIC step, held to the real thing: its
 update moves the weights exactly as TorchBackend's does on the same batch (an eps-dominated
 AdamW, tests.ds_worker.LINEAR, makes the weight change the gradient, so a wrong loss scale or
-denominator would show), its advantages and entropy controller are trainer/magic.py's, and the
+denominator would show), its advantages and entropy controller are trainer/magic/rules.py's, and the
 whole step runs on a real tiny model."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import torch
 
 from tests.backend_fixtures import model_dir, one_torch_thread  # noqa: F401 (fixtures)
 from tests.ds_worker import LINEAR, PAD_ID, VOCAB, make_batch
-from trainer import magic
-from trainer import reference_step as ref
+from trainer.magic import rules as magic
+from trainer.magic import reference_step as ref
 from trainer.backends import BackendConfig
 from trainer.backends.common import adamw_kwargs
 from trainer.backends.loading import load_causal_lm

@@ -864,7 +864,7 @@ def test_single_uid_mode_is_explicit():
 
 
 def test_scorer_refuses_more_code_concurrency_than_pool_uids():
-    from verifier.scoring import Scorer, ScoringConfig
+    from verifier.scoring.scorer import Scorer, ScoringConfig
 
     sb = NsjailSandbox(uids=f"{_private_uid(3)}:2")
     with pytest.raises(ValueError, match="code concurrency 3 exceeds the sandbox uid pool's 2"):

@@ -21,9 +21,9 @@ from verifier.client import ClientConfig, VerifierClient
 from verifier.items import NOT_A_VERDICT, Status
 from verifier.proto import verifier_pb2 as pb
 from verifier.proto import verifier_pb2_grpc as pb_grpc
-from verifier.scoring import ScoringConfig
+from verifier.scoring.scorer import ScoringConfig
 from verifier.convert import RETRY_AFTER_KEY
-from verifier.server import ServeConfig, create_server
+from verifier.service.server import ServeConfig, create_server
 
 BOMBS = [
     r"\boxed{9^{9^{9^{9}}}}",
@@ -446,8 +446,8 @@ def test_remote_commands_start_without_the_scoring_engine(server, tmp_path) -> N
     _, addr = server
     src, out = tmp_path / "items.jsonl", tmp_path / "out.jsonl"
     src.write_text(json.dumps(math_item("m", r"\boxed{2}", "2")) + "\n")
-    engine = ("verifier.scoring", "verifier.server", "verifier.servicer", "verifier.evaluate",
-              "verifier.pool", "verifier.code_score", "verifier.math_score", "sympy",
+    engine = ("verifier.scoring.scorer", "verifier.service.server", "verifier.service.servicer", "verifier.eval.evaluate",
+              "verifier.scoring.pool", "verifier.scoring.code_score", "verifier.scoring.math_score", "sympy",
               "math_verify")
     probe = (
         "import sys\nfrom verifier.cli import main\n"
@@ -499,7 +499,7 @@ def test_local_verifier_does_not_outlive_a_killed_parent(tmp_path) -> None:
     script.write_text(
         "import sys, time\n"
         f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
-        "from verifier.local import LocalVerifier\n"
+        "from verifier.client.local import LocalVerifier\n"
         "v = LocalVerifier(workers=1)\n"
         "print(v.proc.pid, flush=True)\n"
         "time.sleep(600)\n")

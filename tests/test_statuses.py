@@ -12,8 +12,8 @@ from tests.conftest import math_item
 from tests.conftest_sandbox import refuse_sandbox
 from verifier.client import VerifierClient
 from verifier.items import Item, Status
-from verifier.scoring import Scorer, ScoringConfig
-from verifier.server import ServeConfig, create_server
+from verifier.scoring.scorer import Scorer, ScoringConfig
+from verifier.service.server import ServeConfig, create_server
 
 FENCE = "```"
 
@@ -50,7 +50,7 @@ def test_status_reachable_over_grpc(server, status: Status) -> None:
 
 
 def test_sandbox_error_when_no_sandbox_works(monkeypatch) -> None:
-    monkeypatch.setattr("verifier.scoring.create_sandbox", refuse_sandbox("test: nsjail missing"))
+    monkeypatch.setattr("verifier.scoring.scorer.create_sandbox", refuse_sandbox("test: nsjail missing"))
     scorer = Scorer(ScoringConfig(workers=1))
     srv, port = create_server("127.0.0.1:0", ServeConfig(), scorer=scorer)
     try:

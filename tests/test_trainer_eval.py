@@ -1,4 +1,4 @@
-"""Evaluation and offline filtering (trainer/evaluation.py, trainer/offline_filter.py): avg@k on
+"""Evaluation and offline filtering (trainer/evaluation.py, trainer/magic/offline_filter.py): avg@k on
 generations with known right answers, the filter keeping exactly the expected problems (a fake
 engine, the real verifier), resuming an interrupted filter, and ``trainer eval`` / ``trainer
 filter`` end to end on the tiny CPU model."""
@@ -18,7 +18,7 @@ from tests.test_trainer import data, policy  # noqa: F401  (the warm-started tin
 from trainer.data import Problem, load_dataset
 from trainer.evaluation import (generate_and_score, generations_records, summarize_run,
                                 trainer_metrics)
-from trainer.offline_filter import FilterError, FilterOptions, released_filter, run_filter
+from trainer.magic.offline_filter import FilterError, FilterOptions, released_filter, run_filter
 from trainer.interfaces import Completion, SamplingParams
 from trainer.verifier_bridge import RewardError
 
@@ -89,7 +89,7 @@ def test_avg_at_k_on_generations_with_known_right_answers(client, tmp_path) -> N
     """Problem i is answered right in exactly i of 4 samples: avg@4 = mean(i/4), pass@4 = the
     share of problems with at least one right answer; the same as `verifier eval` on the
     generations file."""
-    from verifier.evaluate import EvalConfig, run_eval
+    from verifier.eval.evaluate import EvalConfig, run_eval
 
     sources = ["a", "a", "b", "b", ""]
     correct_of = [0, 1, 2, 4, 3]
@@ -270,7 +270,7 @@ def test_released_difficulty_filter_via_the_cli(tmp_path, capsys) -> None:
 # -- end to end on the tiny CPU model --------------------------------------------------------
 
 def test_trainer_eval_end_to_end(data, policy, tmp_path) -> None:  # noqa: F811
-    from verifier.evaluate import EvalConfig, run_eval
+    from verifier.eval.evaluate import EvalConfig, run_eval
 
     out = tmp_path / "eval"
     r = subprocess.run([sys.executable, "-m", "trainer.cli", "eval", "--model", str(policy),

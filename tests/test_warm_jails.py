@@ -27,7 +27,7 @@ from tests.conftest_sandbox import (  # noqa: F401 (fixtures)
     respond,
     sandbox_pids,
 )
-from verifier.code_score import score_code
+from verifier.scoring.code_score import score_code
 from verifier.items import Limits, Status
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 

@@ -2,5 +2,5 @@
 
 Deliberately empty: importing ``trainer`` must stay cheap (no torch), because the package also
 hosts the ``trainer`` command line. Import what you need from the submodules, e.g.
-``from trainer.magic import group_advantages, policy_loss``.
+``from trainer.magic.rules import group_advantages, policy_loss``.
 """

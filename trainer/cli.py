@@ -16,7 +16,7 @@
 
 Built like ``verifier``'s: each subcommand is one dataclass whose fields and docstrings tyro
 turns into flags and help. ``eval`` and ``filter`` are the options dataclasses that
-trainer/evaluation.py and trainer/offline_filter.py run with, the rollout engine's
+trainer/evaluation.py and trainer/magic/offline_filter.py run with, the rollout engine's
 ``EngineConfig`` nested under ``--engine.*`` (one declaration of every knob), declared in
 trainer/command_options.py. ``trainer run
 --help`` also lists every knob of the run config (trainer/config.py), the keys of
@@ -48,7 +48,7 @@ from trainer.hf_utils import CheckpointError, load_tokenizer, problem_prompt_ids
 from trainer.verifier_bridge import RewardError, verifier_connection
 from verifier.logs import setup_logging
 
-# Not imported here: trainer.loop, trainer.evaluation, trainer.offline_filter, trainer.ablate,
+# Not imported here: trainer.loop, trainer.evaluation, trainer.magic.offline_filter, trainer.ablation.runner,
 # trainer.dist and trainer.plot bring torch, transformers or matplotlib (about ten seconds on a
 # small CPU). Each command imports what it runs, so --help, a misspelt flag and `trainer config
 # show` answer in about a second (tests/test_cli_speed.py).
@@ -118,7 +118,7 @@ class PlotArgs:
 @dataclass
 class AblateArgs:
     """Run one ablation of the Skywork-OR1 report on the toy world, through `trainer run`:
-    DIR/NAME/report.md, plots and summary.json (trainer/ablate.py)."""
+    DIR/NAME/report.md, plots and summary.json (trainer/ablation/runner.py)."""
 
     name: tyro.conf.Positional[str | None] = None
     """The ablation (--list names them)."""
@@ -265,7 +265,7 @@ def cmd_plot(args: PlotArgs) -> int:
 
 
 def cmd_ablate(args: AblateArgs) -> int:
-    from trainer.ablate import AblateOptions, UnknownAblation, ablate, list_text
+    from trainer.ablation.runner import AblateOptions, UnknownAblation, ablate, list_text
 
     if args.list_ablations:
         print(list_text())
@@ -289,7 +289,7 @@ def _user_error(e: Exception, what: str = "error") -> int:
 
 def cmd_eval(opts: EvalOptions) -> int:
     from trainer.evaluation import dataset_name, run_eval
-    from verifier.evaluate import eval_table
+    from verifier.eval.evaluate import eval_table
 
     _quiet_hf_downloads()
     try:
@@ -306,7 +306,7 @@ def cmd_eval(opts: EvalOptions) -> int:
 
 
 def cmd_filter(opts: FilterOptions) -> int:
-    from trainer.offline_filter import FilterError, load_for_filter, released_filter
+    from trainer.magic.offline_filter import FilterError, load_for_filter, released_filter
 
     _quiet_hf_downloads()
     if (opts.model is None) == (opts.released_difficulty is None):
@@ -334,7 +334,7 @@ def cmd_filter(opts: FilterOptions) -> int:
 
 def _filter_with_model(opts: FilterOptions, loaded):
     """Sample with a real engine on ``opts.model`` and score through a verifier."""
-    from trainer.offline_filter import run_filter
+    from trainer.magic.offline_filter import run_filter
 
     assert opts.model is not None
     check_model_path(opts.model)

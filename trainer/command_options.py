@@ -3,7 +3,7 @@ docstrings tyro turns into the commands' flags and help (trainer/cli.py).
 
 Why a module of their own: the command line builds its parser, and answers ``--help`` or a
 misspelt flag, from these classes alone; the modules that run the commands
-(trainer/evaluation.py, trainer/offline_filter.py) import torch and transformers, about ten
+(trainer/evaluation.py, trainer/magic/offline_filter.py) import torch and transformers, about ten
 seconds on a small CPU, which only a command that samples needs (tests/test_cli_speed.py).
 
 What both commands take (sampling limits, the prompt format, the verifier, the engine) is
@@ -26,7 +26,7 @@ import tyro
 from trainer.config import DataSettings, EvalSettings, VerifierSettings
 from trainer.data import LCB_REPORT_WINDOW
 from trainer.engines import EngineConfig, standalone_engine
-from trainer.magic_config import MagicConfig, default_stages
+from trainer.magic.config import MagicConfig, default_stages
 
 PROGRESS_VERSION = 1
 """The filter's progress-file format (a file of another version is not resumed)."""

@@ -1,7 +1,7 @@
 """``trainer run``'s configuration: one typed dataclass tree, loaded from a YAML file plus
 ``key=value`` overrides, validated as a whole before anything starts.
 
-The MAGIC knobs live in ``magic`` (trainer/magic_config.py's MagicConfig, docs/magic.md), the
+The MAGIC knobs live in ``magic`` (trainer/magic/config.py's MagicConfig, docs/magic.md), the
 rollout engine in ``engine`` (trainer/engines), the training backend in ``backend``
 (trainer/backends); everything else is here. Each field is documented by its attribute docstring
 (trainer/config_schema.py), which ``trainer run --help`` and ``trainer config show`` print.
@@ -24,7 +24,7 @@ from trainer.backends import BackendConfig, OptimizerConfig
 from trainer.config_schema import build, check_keys, field_docs
 from trainer.data import DEFAULT_SUFFIX, LCB_STYLES
 from trainer.engines import EngineConfig
-from trainer.magic_config import MagicConfig
+from trainer.magic.config import MagicConfig
 from verifier.client import ClientConfig
 from verifier.items import PROFILES
 

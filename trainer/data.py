@@ -3,7 +3,7 @@ resumable sampler.
 
 The row formats (plain JSONL, verl / Skywork parquet, LiveCodeBench release rows), their
 ground-truth parsing and the LiveCodeBench contest-date window belong to the verifier, which
-judges these problems (verifier/problems.py, verifier/lcb.py; ``verifier eval --problems`` reads
+judges these problems (verifier/data/problems.py, verifier/data/lcb.py; ``verifier eval --problems`` reads
 the same files). This module adds what training needs on top: the chat prompt of each problem.
 
 - plain and verl rows: their ``prompt`` (a string or chat messages); the math instruction suffix
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from verifier.lcb import (  # noqa: F401
+from verifier.data.lcb import (  # noqa: F401
     LCB_DATA_SOURCE,
     LCB_REPORT_WINDOW,
     LCB_STYLES,
@@ -44,7 +44,7 @@ from verifier.lcb import (  # noqa: F401
     lcb_prompt,
     lcb_r1_prompt,
 )
-from verifier.problems import DataError, ProblemRow, Row, load_rows, read_rows, row_format  # noqa: F401
+from verifier.data.problems import DataError, ProblemRow, Row, load_rows, read_rows, row_format  # noqa: F401
 
 DEFAULT_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
 
@@ -151,7 +151,7 @@ def load_dataset(paths: Sequence[str | Path] | str | Path, *,
                  allow_empty: bool = False, keep_rows: bool = False,
                  lcb_style: LcbStyle = "generic") -> LoadResult:
     """Every row of ``paths`` (parquet or JSONL, any of the three formats), in order, as
-    Problems with prompts (verifier.problems.load_rows reads and checks the rows).
+    Problems with prompts (verifier.data.problems.load_rows reads and checks the rows).
 
     ``date_window`` applies to LiveCodeBench rows only (None keeps them all); ``lcb_style``
     picks their prompt. ``keep_rows`` also returns every raw row in ``LoadResult.rows``. Raises

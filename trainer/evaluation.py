@@ -1,9 +1,9 @@
 """Evaluation through the rollout engine and the verifier, shared by ``trainer eval``, the
-offline filter (trainer/offline_filter.py) and evaluation during training (``Trainer.evaluate``).
+offline filter (trainer/magic/offline_filter.py) and evaluation during training (``Trainer.evaluate``).
 
 One pass (:func:`generate_and_score`): k samples per problem from a RolloutEngine, each finished
 chunk streamed to the verifier while generation goes on (trainer/verifier_bridge.py), results matched
-by wire id. The metrics and the table are verifier/evaluate.py's (``summarize``,
+by wire id. The metrics and the table are verifier/eval/evaluate.py's (``summarize``,
 ``eval_table``): avg@k, unbiased pass@k and standard errors, overall and per data source,
 exactly what ``verifier eval`` reports for the same generations file.
 
@@ -39,7 +39,7 @@ from trainer.engines import check_model_path, check_sampling_params, create_engi
 from trainer.hf_utils import load_tokenizer, problem_prompt_ids
 from trainer.interfaces import Completion, RolloutEngine, SamplingParams
 from trainer.verifier_bridge import RewardError, RewardStream, verifier_connection
-from verifier.evaluate import NO_SOURCE, EvalProblem, error_message, response_records, summarize
+from verifier.eval.evaluate import NO_SOURCE, EvalProblem, error_message, response_records, summarize
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class ScoredRun:
     """k responses per problem and their verdicts."""
 
     problems: list[Any]
-    """``verifier.evaluate.EvalProblem`` per problem (``line`` = 1-based position), responses
+    """``verifier.eval.evaluate.EvalProblem`` per problem (``line`` = 1-based position), responses
     filled in; their ``wire_id(j)`` keys ``results``."""
     results: dict[str, Any]
     """``verifier.items.Result`` by wire id."""

@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
 import torch
 
-from trainer.magic_config import MagicConfig
+from trainer.magic.config import MagicConfig
 
 # ---------------------------------------------------------------------------------------------
 # Rollouts
@@ -138,7 +138,7 @@ class LossSettings:
     temperature: float = 1.0
     """The rollout temperature: the update's log-probs, entropy and reference log-probs are
     those of ``softmax(logits / temperature)``, the distribution the responses were sampled
-    from (trainer.magic.sampling_logits)."""
+    from (trainer.magic.rules.sampling_logits)."""
 
 
 @dataclass
@@ -176,7 +176,7 @@ class TrainingBackend(Protocol):
                advantages: torch.Tensor, plan: UpdatePlan, loss: LossSettings,
                ref_logprobs: torch.Tensor | None = None) -> dict[str, float]:
         """Apply ``plan``: for each mini-batch, accumulate gradients over micro-batches with
-        the mini-batch's GLOBAL response-token count (trainer.magic.token_mean_denominator),
+        the mini-batch's GLOBAL response-token count (trainer.magic.rules.token_mean_denominator),
         clip the grad norm, one optimizer step. ``advantages`` is ``[B]``. ``old_logprobs``
         None (on-policy, a plan of one mini-batch only): the training forward's detached
         log-probs are the old ones (docs/magic.md "On-policy training"). ``ref_logprobs``

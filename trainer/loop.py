@@ -1,4 +1,4 @@
-"""The MAGIC training loop: a thin driver around trainer/magic.py's pure rules.
+"""The MAGIC training loop: a thin driver around trainer/magic/rules.py's pure rules.
 
 One step (docs/magic.md):
   sample prompts -> generate (completions streamed to the verifier as chunks finish) -> wait for
@@ -28,7 +28,8 @@ from typing import Any
 import torch
 import yaml
 
-from trainer import dist, magic
+from trainer import dist
+from trainer.magic import rules as magic
 from trainer import metric_names as mn
 from trainer.backends import OptimizerConfig, create_backend, packing
 from trainer.backends.reference_memory import check_reference_memory
@@ -41,7 +42,7 @@ from trainer.interfaces import Completion, LossSettings, SamplingParams, TokenBa
 from trainer.metrics_log import MetricsLogger, stage_label
 from trainer.plot import plot_run
 from trainer.samples import sample_rows, write_samples
-from trainer.off_policy import response_indices
+from trainer.magic.off_policy import response_indices
 from trainer.tiny import save_tiny
 from trainer.verifier_bridge import (
     RewardClient,

@@ -1,11 +1,11 @@
 """The names of the metrics a run logs, declared once (docs/contracts.md 3).
 
 Rule: a metric's name is spelled here and nowhere else in ``trainer/`` (but in
-trainer/reference_step.py, plain torch in one file by design, which uses the same strings). The
+trainer/magic/reference_step.py, plain torch in one file by design, which uses the same strings). The
 loop, the backends' update, the evaluation, the logger, the plots and the ablations import these
 constants; the per-source families are built by :func:`reward_by_source` and
 :func:`eval_avg_at_k`. Every name has a one-line meaning in :data:`METRICS` (per-step keys of
-``metrics.jsonl``) or :data:`ABLATION_METRICS` (a variant's summary, trainer/ablations.py), and
+``metrics.jsonl``) or :data:`ABLATION_METRICS` (a variant's summary, trainer/ablation/designs.py), and
 docs/contracts.md's table lists them all; tests/test_metric_names.py checks both against a real
 training step.
 """
@@ -31,7 +31,7 @@ FILTERED_FRAC = "filtered/frac"
 ROLLOUT_RESPONSES = "rollout/responses"
 UPDATE_SKIPPED = "update/skipped"
 
-# -- the update (trainer/magic.py, trainer/backends/common.py) ------------------------------------
+# -- the update (trainer/magic/rules.py, trainer/backends/common.py) ------------------------------------
 LOSS_POLICY = "losses/policy"
 LOSS_CLIPFRAC = "losses/clipfrac"
 LOSS_CLIPFRAC_LOW = "losses/clipfrac_low"
@@ -67,7 +67,7 @@ EVAL_ACCURACY = "eval/accuracy"
 EVAL_AVG_AT_K = "eval/<source>/avg@<k>"
 EVAL_PREFIX = "eval/"
 
-# -- a variant's summary (trainer/ablations.py) ---------------------------------------------------
+# -- a variant's summary (trainer/ablation/designs.py) ---------------------------------------------------
 REWARD_NON_TRUNCATED = "reward/non_truncated"
 ENTROPY_GAP = "entropy/gap"
 EVAL_ACCURACY_BEST = "eval/accuracy_best"
@@ -138,8 +138,8 @@ METRICS: dict[str, str] = {
     EVAL_AVG_AT_K: "avg@k of one data source's held-out problems (evaluation steps)",
 }
 
-#: The names a variant's summary adds (trainer/ablations.py), besides the per-step keys; each
-#: may carry a window suffix (``KEY@stage1``, ``KEY@run``: trainer.ablations.WINDOWS).
+#: The names a variant's summary adds (trainer/ablation/designs.py), besides the per-step keys; each
+#: may carry a window suffix (``KEY@stage1``, ``KEY@run``: trainer.ablation.designs.WINDOWS).
 ABLATION_METRICS: dict[str, str] = {
     REWARD_NON_TRUNCATED: "reward / (1 - truncated fraction), per step",
     ENTROPY_GAP: "abs(entropy - entropy_target), per step",

@@ -50,7 +50,7 @@ from typing import Any, Iterator
 
 from verifier.client import ClientConfig, VerifierClient
 from verifier.items import NOT_A_VERDICT, Result, VerifierError
-from verifier.local import LocalVerifier
+from verifier.client.local import LocalVerifier
 
 log = logging.getLogger(__name__)
 

@@ -8,14 +8,14 @@ The public surface: what code outside the verifier (the trainer, integrations) m
 - ``verifier`` (this package): ``Item``, ``Limits``, ``Outcome``, ``Result``, ``Status``,
   ``VerifierError``
 - ``verifier.client``: ``VerifierClient`` (sync), ``AsyncVerifierClient``, ``ClientConfig``
-- ``verifier.client_config``: ``ClientConfig`` (also re-exported by ``verifier.client``)
-- ``verifier.fleet``: many replicas behind one client (address parsing)
+- ``verifier.client.config``: ``ClientConfig`` (also re-exported by ``verifier.client``)
+- ``verifier.client.fleet``: many replicas behind one client (address parsing)
 - ``verifier.items``: the item/result/status types and ``NOT_A_VERDICT``
-- ``verifier.problems``: problem rows and the files they are read from
-- ``verifier.ground_truth``: the code ground-truth format, parsed (pure; no sandbox)
-- ``verifier.lcb``: LiveCodeBench's rows, prompts and release windows
-- ``verifier.evaluate``: the evaluation metrics and reports
-- ``verifier.local``: starting a local verifier
+- ``verifier.data.problems``: problem rows and the files they are read from
+- ``verifier.data.ground_truth``: the code ground-truth format, parsed (pure; no sandbox)
+- ``verifier.data.lcb``: LiveCodeBench's rows, prompts and release windows
+- ``verifier.eval.evaluate``: the evaluation metrics and reports
+- ``verifier.client.local``: starting a local verifier
 - ``verifier.logs``: the shared logging set-up
 
 Everything else (the scorers, the pools, the harness, the server, the CLI) is internal.

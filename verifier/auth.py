@@ -4,7 +4,7 @@
   reads its accepted tokens from a file (one per line: several lines allow rotation without
   downtime; the file is re-read when it changes, as a Kubernetes Secret volume updates it) or
   from an environment variable, and compares in constant time.
-- The call gate (verifier/call_gate.py) checks it when a call's headers arrive, before any
+- The call gate (verifier/service/call_gate.py) checks it when a call's headers arrive, before any
   request body is read. Health checks (``grpc.health.v1``) need no token, so Kubernetes gRPC
   probes and ``verifier health`` work without the secret: the health service reveals only
   SERVING / NOT_SERVING. Everything else (scoring, reflection) needs it. A missing or wrong

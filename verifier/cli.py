@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from verifier.bigint import MAX_INT_DIGITS, json_loads_digits
+from verifier.scoring.bigint import MAX_INT_DIGITS, json_loads_digits
 from verifier.client import VerifierClient
 from verifier.config import CheckConfig, EvalConfig, HealthConfig, ServeConfig
 from verifier.items import (NOT_A_VERDICT, Item, Limits, Outcome, Result, Status, VerifierError,
@@ -30,7 +30,7 @@ log = logging.getLogger("verifier")
 
 EXIT_NOT_JUDGED = 3
 """``verifier check``'s exit status when the results were written but some items got no
-verdict (as ``verifier eval``'s: verifier/evaluate.py)."""
+verdict (as ``verifier eval``'s: verifier/eval/evaluate.py)."""
 
 
 def read_items(path: Path) -> Iterator[Item | tuple[str, Outcome]]:
@@ -101,7 +101,7 @@ def run_check(cfg: CheckConfig) -> list[Result]:
             # Imported here, not at the top: the scoring engine (sandbox backends, the pools,
             # sympy in the workers) is for in-process scoring only; `check --addr` and
             # `health` start without it (verifier/config.py).
-            from verifier.scoring import Scorer
+            from verifier.scoring.scorer import Scorer
 
             with Scorer(cfg.scoring) as scorer:
                 if scorer.sandbox_problem:
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     # the parser of all four, and only the one that runs should pay for its engine
     # (verifier/config.py says why the start matters).
     if isinstance(config, ServeConfig):
-        from verifier.server import serve
+        from verifier.service.server import serve
 
         try:
             serve(config)
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
     if isinstance(config, EvalConfig):
-        from verifier.evaluate import exit_code, print_report, run_eval
+        from verifier.eval.evaluate import exit_code, print_report, run_eval
 
         try:
             summary = run_eval(config)
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                                       soft_wrap=True)
             return 1
         print_report(summary, Console())
-        return exit_code(summary)  # 3 when rows were not judged (verifier.evaluate)
+        return exit_code(summary)  # 3 when rows were not judged (verifier.eval.evaluate)
     try:
         results = run_check(config)
     except VerifierError as e:  # a missing input file, a verifier that cannot be reached

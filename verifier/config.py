@@ -8,7 +8,7 @@ Why a module of its own: tyro builds the parser of every subcommand from these c
 every ``verifier`` command imports this module. It imports nothing heavy (no gRPC server, no
 sandbox backend, no sympy): ``verifier health`` (a container's health probe, run every few
 seconds) and ``verifier check --addr`` start without loading the scoring engine. The modules
-that run a command (``verifier.scoring``, ``verifier.server``, ``verifier.evaluate``) import
+that run a command (``verifier.scoring.scorer``, ``verifier.service.server``, ``verifier.eval.evaluate``) import
 their config from here.
 """
 
@@ -24,9 +24,9 @@ import tyro
 
 from sandbox import SandboxKind
 from verifier.auth import TokenSource
-from verifier.client_config import ClientConfig
-from verifier.lcb import LCB_REPORT_WINDOW
-from verifier.profiles import DEFAULT_MAX_OUTPUT_MB, ProfileName
+from verifier.client.config import ClientConfig
+from verifier.data.lcb import LCB_REPORT_WINDOW
+from verifier.scoring.profiles import DEFAULT_MAX_OUTPUT_MB, ProfileName
 
 
 @dataclass
@@ -161,7 +161,7 @@ class ServeConfig:
     metrics_host: str | None = None
     """Address the metrics endpoint binds; default: --host."""
     http_port: int | None = None
-    """Port of the HTTP gateway on --host (verifier/http_gateway.py): SandboxFusion's POST
+    """Port of the HTTP gateway on --host (verifier/http/gateway.py): SandboxFusion's POST
     /run_code, OpenRLHF's POST /get_reward and POST /score (JSON items), with this server's
     scorer, sandbox, limits, TLS, token, metrics and drain. Default: off; 0 picks a free port
     (logged)."""
@@ -284,7 +284,7 @@ class EvalConfig:
     """Also judge the LiveCodeBench problems' responses under this profile (e.g. default: this
     project's rules, under which correct programs pass) and report, per problem and overall,
     where it and --lcb-profile disagree and the class of rule that explains each disagreement
-    (verifier/explain.py: stdin, stdout, wrap, name_guard, exit, preamble, output_cap, ...):
+    (verifier/eval/explain.py: stdin, stdout, wrap, name_guard, exit, preamble, output_cap, ...):
     how much of the model's LiveCodeBench failure is the harness's doing. "exact": judge the
     responses of the problems with a checker (docs/contracts.md 1) again by the exact rule and
     report how many verdicts the checker changed. The summary's explain block; a table on
@@ -308,7 +308,7 @@ class EvalConfig:
     INTERNAL_ERROR) as incorrect and write the summary; without it they fail the command
     (exit 1) once the rest is scored: --results-output is written, the summary is not. Rows
     that cannot be judged at all (malformed, LiveCodeBench tests that inflate past
-    verifier.lcb.MAX_LCB_TESTS_BYTES, a ground truth over the verifier's cap) are never sent
+    verifier.data.lcb.MAX_LCB_TESTS_BYTES, a ground truth over the verifier's cap) are never sent
     and never fail the command: named in the summary's not_judged (exit 3) and left out of
     every number, or with this flag their responses counted as incorrect (INVALID_INPUT)."""
     results_output: Path | None = None

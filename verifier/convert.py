@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from verifier.bigint import MAX_INT_DIGITS, json_dumps_digits, json_loads_digits
+from verifier.scoring.bigint import MAX_INT_DIGITS, json_dumps_digits, json_loads_digits
 from verifier.items import (
     MAX_GROUND_TRUTH_CHARS,
     Item,
@@ -65,7 +65,7 @@ def item_from_proto(msg: pb.Item) -> Item | tuple[str, Outcome]:
     if not msg.ground_truth_json:
         return msg.id, invalid("'ground_truth_json' is empty")
     try:
-        # Integers as large as any profile allows (verifier/bigint.py).
+        # Integers as large as any profile allows (verifier/scoring/bigint.py).
         ground_truth = json_loads_digits(msg.ground_truth_json, MAX_INT_DIGITS)
     except RecursionError:
         # json's C decoder bounds its depth by the interpreter's recursion limit and raises
@@ -96,7 +96,7 @@ def item_to_proto(item: Item | dict[str, Any]) -> pb.Item:
                             "invalid_argument")
     try:
         # Integers as large as any profile allows, written without raising the interpreter's
-        # limit (verifier/bigint.py): the server reads them back with json_loads_digits.
+        # limit (verifier/scoring/bigint.py): the server reads them back with json_loads_digits.
         gt_json = json_dumps_digits(item.ground_truth, MAX_INT_DIGITS)
     except (TypeError, ValueError, RecursionError) as e:
         raise VerifierError(f"item {item.id!r}: ground_truth is not JSON: {e}",

@@ -13,11 +13,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from verifier.bigint import MAX_INT_DIGITS, json_loads_digits
+from verifier.scoring.bigint import MAX_INT_DIGITS, json_loads_digits
 
 DOMAINS = ("math", "code")
 PROFILES = ("default", "lcb", "skywork")
-"""Judging profiles: whose rules an item is judged by (verifier/profiles.py). "default" is this
+"""Judging profiles: whose rules an item is judged by (verifier/scoring/profiles.py). "default" is this
 project's; "lcb" reproduces LiveCodeBench's judge; "skywork" the released Skywork-OR1 reward."""
 
 # Size caps on what one item may carry. Chosen generously: a 32K-token response is ~130 KB of
@@ -52,7 +52,7 @@ trainer must not read them as reward 0, and evaluation counts them as errors."""
 
 class VerifierError(Exception):
     """The one domain exception of the verifier. ``code`` is mapped to a gRPC status code at the
-    service boundary (verifier/servicer.py) and nowhere else.
+    service boundary (verifier/service/servicer.py) and nowhere else.
 
     codes: "invalid_argument", "resource_exhausted", "unavailable", "deadline_exceeded",
     "failed_precondition", "internal".
@@ -198,7 +198,7 @@ def decode_ground_truth(value: Any) -> Any:
         s = value.strip()
         if s[:1] in ("[", "{"):
             try:
-                # Integers as large as any profile allows (verifier/bigint.py): the judge
+                # Integers as large as any profile allows (verifier/scoring/bigint.py): the judge
                 # applies the item's own profile when it parses the tests.
                 decoded = json_loads_digits(s, MAX_INT_DIGITS)
             except (ValueError, RecursionError):

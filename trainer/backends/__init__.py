@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from trainer.hf_utils import check_model_path
-from trainer.magic_config import MagicConfig
+from trainer.magic.config import MagicConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..interfaces import TrainingBackend

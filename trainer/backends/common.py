@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .. import magic
+from trainer.magic import rules as magic
 from .. import metric_names as mn
 from ..interfaces import LossSettings, TokenBatch, UpdatePlan
 from . import BackendConfig, OptimizerConfig
@@ -26,7 +26,7 @@ from .forward import EntropyGrad, SplitForward, logits_forward, packed_token_sta
 from .packing import oversized_rows, token_budget_micro_batches
 
 #: The metric keys ``update`` always returns (``TrainingBackend.update`` docstring), besides
-#: everything :func:`trainer.magic.magic_loss` reports.
+#: everything :func:`trainer.magic.rules.magic_loss` reports.
 UPDATE_METRIC_KEYS = (
     mn.LOSS_POLICY, mn.LOSS_CLIPFRAC, mn.LOSS_CLIPFRAC_LOW, mn.LOSS_CLIPFRAC_HIGH,
     mn.LOSS_APPROX_KL, mn.LOSS_ENTROPY_BONUS, mn.ENTROPY, mn.ENTROPY_ROLLOUT, mn.GRAD_NORM, mn.LR,

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
 
-from .. import magic
+from trainer.magic import rules as magic
 from .packing import pack_rows
 
 EntropyGrad = Literal["none", "detached", "grad"]
@@ -232,7 +232,7 @@ def token_stats(forward: ForwardFn | SplitForward, input_ids: torch.Tensor,
         entropy: ``"none"``; ``"detached"`` (metric only, no graph); ``"grad"`` (for -c*H).
         temperature: the rollout temperature tau: log-probs and entropy are those of
             ``softmax(logits / tau)``, the distribution the responses were sampled from
-            (docs/magic.md "Temperature"; rule :func:`trainer.magic.sampling_logits`).
+            (docs/magic.md "Temperature"; rule :func:`trainer.magic.rules.sampling_logits`).
         compiled: reduce each chunk with the torch.compile'd form of the same function
             (:func:`compiled_head_stats`; ``BackendConfig.compile``).
     Returns:

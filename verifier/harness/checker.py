@@ -1,5 +1,5 @@
 """The checker runner: a ground truth's checker program (testlib's convention) judging the outputs
-of one sample, in a jail of its own (verifier/checker_jail.py starts it; never in the jail of
+of one sample, in a jail of its own (verifier/scoring/checker_jail.py starts it; never in the jail of
 the program it judges).
 
 Mode "checker" of the payload: ``source`` is the checker, ``tests`` a list of

@@ -46,7 +46,7 @@ TEXT_CAP = 1000  # the longest string in a record header (details can hold the p
 # ---------------------------------------------------------------------------------------------
 # The payload, judge -> harness: a marshal-dumped dict (the trusted direction: marshal is cheap
 # to load in the jail). Declared here, once: the judge builds it in one function
-# (verifier.code_score.harness_payload) and the harness checks it on arrival (runners.main),
+# (verifier.scoring.code_score.harness_payload) and the harness checks it on arrival (runners.main),
 # both with ``payload_problem``. Each field with the exact types its value may have (a bool is
 # not an int here).
 

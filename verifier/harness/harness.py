@@ -409,7 +409,7 @@ TEXT_CAP = 1000  # the longest string in a record header (details can hold the p
 # ---------------------------------------------------------------------------------------------
 # The payload, judge -> harness: a marshal-dumped dict (the trusted direction: marshal is cheap
 # to load in the jail). Declared here, once: the judge builds it in one function
-# (verifier.code_score.harness_payload) and the harness checks it on arrival (runners.main),
+# (verifier.scoring.code_score.harness_payload) and the harness checks it on arrival (runners.main),
 # both with ``payload_problem``. Each field with the exact types its value may have (a bool is
 # not an int here).
 
@@ -2264,7 +2264,7 @@ def _remote_ref_class(ev):
 
 
 def _judge_class(ev):
-    """``__judge__`` of the rewritten asserts (verifier/ground_truth.py): begin a test, record
+    """``__judge__`` of the rewritten asserts (verifier/data/ground_truth.py): begin a test, record
     its result or its error."""
     cfg = ev.cfg
 

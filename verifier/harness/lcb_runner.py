@@ -30,7 +30,7 @@ here in our own code, inside our sandbox (nothing of the isolation is relaxed):
 - a stdin program's ``SystemExit`` ends its test cleanly (TU ``call_method``); a call-based
   program's fails it; ``os._exit`` ends the judging process: no verdict there, a failure here;
 - results: a returned tuple is a list; Fractions, Decimals and lists nested up to
-  ``LCB_MAX_DEPTH`` are sent as data for the judge's ``==`` (verifier/output_compare.py).
+  ``LCB_MAX_DEPTH`` are sent as data for the judge's ``==`` (verifier/scoring/output_compare.py).
 
 The ``skywork`` profile (``cfg["lcb_rules"] == "skywork"``) runs the same rules with the two
 where Skywork-OR1's older copy of this judge differs (SkyworkAI/Skywork-OR1 at

@@ -775,7 +775,7 @@ def _remote_ref_class(ev):
 
 
 def _judge_class(ev):
-    """``__judge__`` of the rewritten asserts (verifier/ground_truth.py): begin a test, record
+    """``__judge__`` of the rewritten asserts (verifier/data/ground_truth.py): begin a test, record
     its result or its error."""
     cfg = ev.cfg
 

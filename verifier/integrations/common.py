@@ -21,7 +21,7 @@ from typing import Any, Mapping
 from verifier.client import ClientConfig, VerifierClient
 from verifier.items import (DOMAINS, NOT_A_VERDICT, Limits, Result, VerifierError,
                             limits_from_dict)
-from verifier.local import LocalVerifier
+from verifier.client.local import LocalVerifier
 
 log = logging.getLogger(__name__)
 

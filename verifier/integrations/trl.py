@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Mapping, Sequence
 
-from verifier.checkers import add_checker
+from verifier.scoring.checkers import add_checker
 from verifier.client import ClientConfig, VerifierClient
 from verifier.integrations.common import (
     CONNECT_TIMEOUT_S,

@@ -1,0 +1,2 @@
+"""The problem formats the verifier judges: problem rows, code ground truths,
+LiveCodeBench's rows and generations files."""
