@@ -26,8 +26,7 @@ median is the result. The last candidate run prints the measured CPU breakdown p
 
 ``--profile lcb`` serves the samples under LiveCodeBench's judging rules (a sample's tests one
 after another in one process, verifier/harness/lcb_runner.py) instead of the default profile's
-process per test: the cost of that rule, the one change that crosses issue 29's 2x (docs/benchmarks.md "The
-cost of a jail per sample").
+process per test: the cost of that rule (docs/benchmarks.md, "Code throughput").
 
 ``--jail-cpu`` measures instead the CPU of one cold jail by stage, without a server (issue 29):
 nsjail starting ``/bin/true`` (nsjail's own setup and the kernel's work for the namespaces,

@@ -56,15 +56,15 @@ class ScoringConfig:
     forkserver: Literal["auto", "on", "off"] = "auto"
     """Fork the harness's jails from a warm zygote (sandbox/forkserver.py) instead of starting
     nsjail and an interpreter for each sample: the same jail (a test checks it against
-    nsjail's), about a quarter less CPU per sample (docs/benchmarks.md "The cost of a jail per sample"). "auto" (default):
-    on with the nsjail sandbox when the service runs as root, unless --warm-jails is given;
-    "on": on (nsjail, root, no --warm-jails); "off": nsjail starts every jail (pre-started ones,
-    --warm-jails). The zygote does root's work (namespaces, mounts, uid changes); the verifier
-    image's non-root user has nsjail's file capabilities only, so it runs "off". It needs its
-    system-call module, sandbox/jailsys.c: built at start with a C compiler against the jail
-    interpreter's headers (make setup installs both), or prebuilt and named by
-    $MAGIC_SANDBOX_JAILSYS. Without either the service refuses to start, naming what is
-    missing. The service's log names the way it starts jails."""
+    nsjail's), about a third of the CPU per sample (docs/benchmarks.md, "Code throughput").
+    "auto" (default): on with the nsjail sandbox when the service runs as root, unless
+    --warm-jails is given; "on": on (nsjail, root, no --warm-jails); "off": nsjail starts every
+    jail (pre-started ones, --warm-jails). The zygote does root's work (namespaces, mounts, uid
+    changes); the verifier image's non-root user has nsjail's file capabilities only, so it runs
+    "off". It needs its system-call module, sandbox/jailsys.c: built at start with a C compiler
+    against the jail interpreter's headers (make setup installs both), or prebuilt and named by
+    $MAGIC_SANDBOX_JAILSYS. Without either the service refuses to start, naming what is missing.
+    The service's log names the way it starts jails."""
     math_timeout_s: float = 5.0
     """Hard wall-clock deadline for one math item, seconds, unless the item asks for another.
     5 s is far above a normal item (~10 ms) and bounds a sympy blow-up."""
