@@ -42,7 +42,14 @@ from .policy_reader import (
 )
 # EXIT_GRACE_S: after the jail's end is reported, how long its pipes may still deliver (the same
 # grace process.drive_process gives a process that exited).
-from .process import EXIT_GRACE_S, OutputSink, ProcessOutcome, output_stop
+from .process import (
+    EXIT_GRACE_S,
+    OutputSink,
+    ProcessOutcome,
+    StdinFeeder,
+    output_stop,
+    read_chunk,
+)
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 JAILSYS_SOURCE = Path(__file__).with_name("jailsys.c")
@@ -410,7 +417,14 @@ def _kill(pidfd: int) -> None:
 
 
 class _Drive:
-    """The verifier's side of one running jail (see the module's docstring)."""
+    """The verifier's side of one running jail (see the module's docstring).
+
+    It shares stdin feeding and pipe reading with nsjail's loop (process.StdinFeeder,
+    process.read_chunk); the loops themselves stay two because they end differently: this one
+    kills through the jail's pidfd and waits for the zygote's report of the end (END_WAIT_S), its
+    exit grace may pass the deadline, and it closes each pipe at its end; ``process._Run`` ends
+    when its pipes close, kills nsjail's process group after SIGTERM's grace, reads nsjail's log
+    pipe too, and never lets its grace pass the deadline."""
 
     def __init__(self, server: Forkserver, report: socket.socket, in_w: int, out_r: int,
                  err_r: int, stdin: bytes, deadline: float, output_bytes: int,
@@ -420,7 +434,8 @@ class _Drive:
         self.sink = OutputSink(output_bytes, on_stdout)
         self.fds = {out_r: "out", err_r: "err"}
         self.in_w = in_w
-        self.view, self.pos = memoryview(stdin), 0
+        self.stdin = stdin
+        self.feeder: StdinFeeder | None = None
         self.pidfd = -1
         self.status: dict | None = None
         self.killed = False
@@ -452,9 +467,9 @@ class _Drive:
         for fd in self.fds:
             os.set_blocking(fd, False)
             poller.register(fd, select.POLLIN)
-        if len(self.view):
-            os.set_blocking(self.in_w, False)
-            poller.register(self.in_w, select.POLLOUT)
+        if self.stdin:
+            in_w = self.in_w
+            self.feeder = StdinFeeder(in_w, self.stdin, poller, lambda: os.close(in_w))
         else:
             os.close(self.in_w)
             self.in_w = -1
@@ -524,26 +539,14 @@ class _Drive:
         return True
 
     def _feed(self, poller, ev: int) -> None:
-        if not ev & select.POLLERR:
-            try:
-                self.pos += os.write(self.in_w, self.view[self.pos:self.pos + 65536])
-            except BlockingIOError:
-                return
-            except OSError:
-                self.pos = len(self.view)
-            if self.pos < len(self.view):
-                return
-        poller.unregister(self.in_w)
-        os.close(self.in_w)
-        self.in_w = -1
+        assert self.feeder is not None
+        if self.feeder.on_ready(ev):
+            self.in_w = -1
 
     def _read(self, fd: int, poller) -> None:
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
+        chunk = read_chunk(fd)
+        if chunk is None:
             return
-        except OSError:
-            chunk = b""
         if not chunk:
             poller.unregister(fd)
             del self.fds[fd]

@@ -376,6 +376,47 @@ def _start(
     return proc, log_r
 
 
+class StdinFeeder:
+    """A run's stdin, written into its pipe (non-blocking) as poll says the pipe can take more,
+    and the pipe closed once everything is written or the reader has gone. One of the two pump
+    loops' shared parts: nsjail's processes (``_Run``) and the forkserver's jails
+    (``forkserver._Drive``) feed stdin the same way; they differ in how they stop a run."""
+
+    def __init__(self, fd: int, data: bytes, poller: select.poll,
+                 close: Callable[[], None]) -> None:
+        self.fd, self.view, self.pos = fd, memoryview(data), 0
+        self.poller, self._close = poller, close
+        os.set_blocking(fd, False)
+        poller.register(fd, select.POLLOUT | select.POLLERR)
+
+    def on_ready(self, ev: int) -> bool:
+        """Write what the pipe takes; True once the pipe is closed (all written, or the reading
+        end gone: a program need not read its input)."""
+        if not ev & select.POLLERR:
+            try:
+                self.pos += os.write(self.fd, self.view[self.pos : self.pos + _READ])
+            except BlockingIOError:
+                return False
+            except OSError:  # BrokenPipeError among them
+                self.pos = len(self.view)
+            if self.pos < len(self.view):
+                return False
+        self.poller.unregister(self.fd)
+        self._close()
+        return True
+
+
+def read_chunk(fd: int) -> bytes | None:
+    """One chunk of a non-blocking pipe: None when nothing is there yet, b"" at its end (an
+    error reading it counts as its end). The pump loops' other shared part."""
+    try:
+        return os.read(fd, _READ)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
+
+
 class _Run:
     """One started process: its pipes, what was read from them, and why it was stopped."""
 
@@ -395,7 +436,6 @@ class _Run:
         self.fds: dict[int, str] = {}
         assert proc.stdin and proc.stdout and proc.stderr
         self.in_fd = proc.stdin.fileno()
-        os.set_blocking(self.in_fd, False)
         for f, tag in ((proc.stdout.fileno(), "out"), (proc.stderr.fileno(), "err")):
             os.set_blocking(f, False)
             self.fds[f] = tag
@@ -413,10 +453,9 @@ class _Run:
             self.poller.register(self.pidfd, select.POLLIN)
         except (AttributeError, OSError):
             self.pidfd = -1
-        self.view = memoryview(stdin)
-        self.pos = 0
-        if len(self.view):
-            self.poller.register(self.in_fd, select.POLLOUT | select.POLLERR)
+        self.feeder: StdinFeeder | None = None
+        if stdin:
+            self.feeder = StdinFeeder(self.in_fd, stdin, self.poller, proc.stdin.close)
         else:
             proc.stdin.close()
             self.in_fd = -1
@@ -456,28 +495,15 @@ class _Run:
         self.deadline = min(self.deadline, time.monotonic() + EXIT_GRACE_S)
 
     def _feed_stdin(self, ev: int) -> None:
-        if not ev & select.POLLERR:
-            try:
-                self.pos += os.write(self.in_fd, self.view[self.pos : self.pos + _READ])
-            except BlockingIOError:
-                return
-            except (BrokenPipeError, OSError):
-                self.pos = len(self.view)
-            if self.pos < len(self.view):
-                return
-        self.poller.unregister(self.in_fd)
-        assert self.proc.stdin
-        self.proc.stdin.close()
-        self.in_fd = -1
+        assert self.feeder is not None
+        if self.feeder.on_ready(ev):
+            self.in_fd = -1
 
     def _read(self, f: int) -> None:
         """Read one chunk of pipe ``f`` and keep it (capped), stream it, or stop the run."""
-        try:
-            chunk = os.read(f, _READ)
-        except BlockingIOError:
+        chunk = read_chunk(f)
+        if chunk is None:
             return
-        except OSError:
-            chunk = b""
         if not chunk:
             self.poller.unregister(f)
             del self.fds[f]
