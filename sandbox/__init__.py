@@ -28,7 +28,7 @@ from .base import (
     StdoutHook,
 )
 from .docker_backend import DockerSandbox
-from .forkserver import WarmEntry
+from .forkserver import PreloadedEntry
 from .jails import ForkserverChoice, JailRequest, backend_options, plan_jails
 from .nsjail import NsjailSandbox
 from .scratch import OwnedDir, sweep_dead
@@ -50,7 +50,7 @@ __all__ = [
     "SandboxLimits",
     "SandboxUnavailable",
     "StdoutHook",
-    "WarmEntry",
+    "PreloadedEntry",
     "create_sandbox",
     "plan_jails",
     "sweep_dead",

@@ -72,7 +72,7 @@ program; it cannot change it (sandbox/README.md "Placement")."""
 
 
 @dataclass(frozen=True)
-class WarmEntry:
+class PreloadedEntry:
     """What the forkserver serves: runs of ``[python, "-I", "-S", NAME]`` with NAME one of
     ``names`` among the run's files (the judge's harness, as bytecode or source: the verifier's
     own names), which the zygote runs from ``source``, loaded once. The run's own file is still

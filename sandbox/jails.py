@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .base import JailStarts
-from .forkserver import WarmEntry
+from .forkserver import PreloadedEntry
 
 __all__ = ["ForkserverChoice", "JailRequest", "JailStarts", "backend_options", "plan_jails"]
 
@@ -41,7 +41,7 @@ class JailRequest:
     at_once: int = 1
     forkserver: ForkserverChoice = "off"
     warm: int | None = None
-    entry: WarmEntry | None = None
+    entry: PreloadedEntry | None = None
 
 
 def plan_jails(kind: str, request: JailRequest) -> JailStarts:
@@ -59,7 +59,7 @@ def plan_jails(kind: str, request: JailRequest) -> JailStarts:
     return JailStarts(warm_per_key=request.at_once if request.warm is None else request.warm)
 
 
-def backend_options(kind: str, starts: JailStarts, entry: WarmEntry | None) -> dict[str, object]:
+def backend_options(kind: str, starts: JailStarts, entry: PreloadedEntry | None) -> dict[str, object]:
     """The backend's constructor options that start its jails as ``starts`` says."""
     if kind != "nsjail":
         return {}

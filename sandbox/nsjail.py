@@ -47,7 +47,7 @@ from pathlib import Path
 from . import cgroups, scratch, uidpool, warm
 from . import self_test as jail_self_test
 from . import forkserver as forkserver_mod
-from .forkserver import WarmEntry
+from .forkserver import PreloadedEntry
 from .base import (
     CLOSED,
     JAIL_CPU_MS_PER_SEC,
@@ -175,7 +175,7 @@ class NsjailSandbox:
         packages: str | os.PathLike | None = None,
         uids: str | None = None,
         warm: int = 0,
-        forkserver: WarmEntry | None = None,
+        forkserver: PreloadedEntry | None = None,
     ) -> None:
         if warm < 0:
             raise ValueError(f"warm must be 0 or more, got {warm}")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import SandboxUnavailable, create_sandbox, uidpool
-from sandbox.forkserver import WarmEntry
+from sandbox.forkserver import PreloadedEntry
 from sandbox.nsjail import SANDBOX_UID
 from verifier.scoring.code_score import score_code
 from verifier.harness import harness_source
@@ -132,7 +132,7 @@ def new_forkserver_sandbox():
     """A new nsjail sandbox with a forkserver (sandbox/forkserver.py): the harness's jails are
     forked from a zygote, as ``verifier serve --forkserver`` has them. Its zygote starts at its
     first run."""
-    return create_sandbox("nsjail", forkserver=WarmEntry((HARNESS_PYC, HARNESS_FILE),
+    return create_sandbox("nsjail", forkserver=PreloadedEntry((HARNESS_PYC, HARNESS_FILE),
                                                          harness_source()))
 
 

@@ -24,7 +24,7 @@ from tests.conftest_sandbox import (  # noqa: F401
     respond,
 )
 from sandbox import SandboxLimits, create_sandbox
-from sandbox.forkserver import PLACEMENT_VIEW, WarmEntry
+from sandbox.forkserver import PLACEMENT_VIEW, PreloadedEntry
 from sandbox.policy_reader import POLICY_FILE, cgroup_files, policy_mounts
 from verifier.scoring.code_score import score_code
 from verifier.harness import harness_source
@@ -434,19 +434,19 @@ def test_the_policy_is_read_as_data():
 def test_forkserver_and_warm_jails_are_exclusive():
     with pytest.raises(ValueError, match="warm=0"):
         create_sandbox("nsjail", self_test=False, warm=1,
-                       forkserver=WarmEntry((HARNESS_PYC,), b""))
+                       forkserver=PreloadedEntry((HARNESS_PYC,), b""))
 
 
 KILLED_VERIFIER = r"""
 import sys, threading, time
 sys.path.insert(0, sys.argv[1])
 from sandbox import create_sandbox
-from sandbox.forkserver import WarmEntry
+from sandbox.forkserver import PreloadedEntry
 from verifier.scoring.code_score import score_code
 from verifier.harness import harness_source
 from verifier.scoring.harness_files import HARNESS_FILE, HARNESS_PYC
 from verifier.items import Limits
-sb = create_sandbox("nsjail", forkserver=WarmEntry((HARNESS_PYC, HARNESS_FILE), harness_source()))
+sb = create_sandbox("nsjail", forkserver=PreloadedEntry((HARNESS_PYC, HARNESS_FILE), harness_source()))
 code = "```python\nimport time\ntime.sleep(120)\n```"
 threading.Thread(target=lambda: score_code(code, {"inputs": ["1\n"], "outputs": ["1\n"]},
                                            Limits(test_timeout_s=120), sb), daemon=True).start()
@@ -498,7 +498,7 @@ def test_a_reaped_jails_uid_is_handed_out_again_without_a_proc_scan(monkeypatch)
     real_scan = uidpool.uids_in_use
     monkeypatch.setattr(uidpool, "uids_in_use", lambda lo, hi: scans.append((lo, hi)) or
                         real_scan(lo, hi))
-    sb = NsjailSandbox(uids=f"{uid}:1", forkserver=WarmEntry((HARNESS_PYC, HARNESS_FILE),
+    sb = NsjailSandbox(uids=f"{uid}:1", forkserver=PreloadedEntry((HARNESS_PYC, HARNESS_FILE),
                                                              harness_source()))
     try:
         sb.self_test()

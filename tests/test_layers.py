@@ -177,7 +177,7 @@ SNIPPETS = {
     ("verifier", "verifier"): "from trainer.loop import Trainer\n",
     ("sandbox", "sandbox.x"): "from verifier.items import Status\n",
     ("sandbox", "sandbox"): "import verifier.items as vi\n",
-    ("verifier", "verifier.service.descriptors"): "from sandbox.forkserver import WarmEntry\n",
+    ("verifier", "verifier.service.descriptors"): "from sandbox.forkserver import PreloadedEntry\n",
     ("verifier", "verifier.scoring.pool"): "def f():\n    import sandbox.scratch\n",
     ("verifier", "verifier.scoring.code_score"): "from sandbox import uidpool\n",
     ("verifier", "verifier.service.server"): "from sandbox import NsjailSandbox\n",

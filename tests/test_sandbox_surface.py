@@ -10,10 +10,10 @@ import os
 import pytest
 
 from sandbox import (JailCapacity, JailRequest, JailStarts, RunResult, Sandbox, SandboxUnavailable,
-                     WarmEntry, create_sandbox, plan_jails)
+                     PreloadedEntry, create_sandbox, plan_jails)
 from sandbox import cgroups, self_test, warm
 
-ENTRY = WarmEntry(("judge.pyc",), b"")
+ENTRY = PreloadedEntry(("judge.pyc",), b"")
 ROOT = os.geteuid() == 0
 
 

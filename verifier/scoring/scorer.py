@@ -19,7 +19,7 @@ from concurrent.futures import CancelledError, Future, InvalidStateError, Thread
 from dataclasses import replace
 from typing import Any, Callable, Iterable, TypeVar
 
-from sandbox import (JailRequest, Sandbox, SandboxKind, SandboxUnavailable, WarmEntry,
+from sandbox import (JailRequest, Sandbox, SandboxKind, SandboxUnavailable, PreloadedEntry,
                      create_sandbox, plan_jails)
 from verifier.items import (Item, Limits, Outcome, Result, Status, VerifierError, unreadable,
                             validate_item)
@@ -49,7 +49,7 @@ def jail_request(config: ScoringConfig, at_once: int) -> JailRequest:
     slots), ``--forkserver`` serving the judge's harness, ``--warm-jails``. The sandbox chooses
     how to start them (``sandbox.plan_jails``)."""
     return JailRequest(at_once=at_once, forkserver=config.forkserver, warm=config.warm_jails,
-                       entry=WarmEntry((HARNESS_PYC, HARNESS_FILE), harness_source()))
+                       entry=PreloadedEntry((HARNESS_PYC, HARNESS_FILE), harness_source()))
 
 
 def use_forkserver(config: ScoringConfig) -> bool:
