@@ -51,7 +51,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trainer.ablation.runner import AblateOptions, Driver, write_outputs  # noqa: E402 - after the path
+from trainer.ablation.runner import (  # noqa: E402 - after the path
+    AblateOptions,
+    Driver,
+    write_outputs,
+)
 from trainer.ablation.report import build_summary  # noqa: E402
 
 WAYS_ARG = "units,carry,swap,copy"

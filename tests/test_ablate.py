@@ -27,7 +27,15 @@ from trainer.ablation.stats import (
     check_verdict,
     pair_by_seed,
 )
-from trainer.ablation.designs import ABLATIONS, LABELS, PROFILES, Ablation, Check, Variant, run_numbers
+from trainer.ablation.designs import (
+    ABLATIONS,
+    LABELS,
+    PROFILES,
+    Ablation,
+    Check,
+    Variant,
+    run_numbers,
+)
 from trainer.cli import main as cli_main
 from trainer.config import load_config, read_run_config
 from trainer.ablation.preregistration import plan

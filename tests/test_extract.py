@@ -6,7 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verifier.scoring.extract import after_think, boxed_spans, last_boxed, last_boxed_at, last_code_block
+from verifier.scoring.extract import (
+    after_think,
+    boxed_spans,
+    last_boxed,
+    last_boxed_at,
+    last_code_block,
+)
 
 
 @pytest.mark.parametrize(

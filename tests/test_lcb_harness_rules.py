@@ -10,7 +10,12 @@ import json
 
 import pytest
 
-from verifier.scoring.bigint import MAX_INT_DIGITS, int_from_digits, int_to_digits, json_loads_digits
+from verifier.scoring.bigint import (
+    MAX_INT_DIGITS,
+    int_from_digits,
+    int_to_digits,
+    json_loads_digits,
+)
 from verifier.data.ground_truth import BadGroundTruth, parse_ground_truth
 from verifier.harness.lcb_runner import (LcbStdin, lcb_clean_if_name, lcb_make_function,
                                          lcb_program_text, skywork_function_to_method,

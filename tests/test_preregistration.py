@@ -122,6 +122,33 @@ def test_only_clean_runs_after_the_registration_on_registered_seeds_are_confirma
     assert pr.preregistration_commit("kl", pr.fingerprint(ABLATIONS["kl"]), repo) is None
 
 
+def test_a_design_registered_before_doses_were_recorded_keeps_its_registration(tmp_path) -> None:
+    """Commit 3ca782d added the key "dose" (null for a design without one) to what a fingerprint
+    hashes: the same design, one more empty field. Its runs made between the first registration
+    and that commit still count; a design whose content changed does not."""
+    repo = tmp_path / "repo"
+    (repo / pr.DOC.parent).mkdir(parents=True)
+    git(repo, "init", "-q")
+    a = ABLATIONS["batch-size"]
+    now = pr.fingerprint(a)
+    (earlier,) = pr.same_design_fingerprints(a) - {now}
+    (repo / pr.DOC).write_text(pr.render().replace(now, earlier))
+    registered = commit(repo, "registered, before doses")
+    (repo / pr.DOC).write_text(pr.render())
+    commit(repo, "doses recorded")
+    assert pr.preregistration_commit("batch-size", now, repo) != registered  # without `same`
+    seed = pr.plan("batch-size").seed_list[0]
+    assert pr.problems(a, [("b8", seed, [record(registered)])], repo) == (registered, [])
+    # a design with a dose has no earlier fingerprint; and another design's is not accepted
+    assert pr.same_design_fingerprints(ABLATIONS["kl"]) == {pr.fingerprint(ABLATIONS["kl"])}
+    text = pr.render().replace(now, pr.fingerprint(ABLATIONS["group-size"]))
+    (repo / pr.DOC).write_text(text)
+    commit(repo, "batch-size's entry replaced")
+    (repo / pr.DOC).write_text(pr.render())
+    later = commit(repo, "registered again")
+    assert pr.problems(a, [("b8", seed, [record(later)])], repo) == (later, [])
+
+
 def test_an_unregistered_ablation_is_never_confirmatory() -> None:
     _, why = pr.problems(ABLATIONS["entropy-control"], [])
     assert why and "not registered" in why[0]

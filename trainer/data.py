@@ -44,7 +44,14 @@ from verifier.data.lcb import (  # noqa: F401
     lcb_prompt,
     lcb_r1_prompt,
 )
-from verifier.data.problems import DataError, ProblemRow, Row, load_rows, read_rows, row_format  # noqa: F401
+from verifier.data.problems import (  # noqa: F401
+    DataError,
+    ProblemRow,
+    Row,
+    load_rows,
+    read_rows,
+    row_format,
+)
 
 DEFAULT_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
 

@@ -39,7 +39,13 @@ from trainer.engines import check_model_path, check_sampling_params, create_engi
 from trainer.hf_utils import load_tokenizer, problem_prompt_ids
 from trainer.interfaces import Completion, RolloutEngine, SamplingParams
 from trainer.verifier_bridge import RewardError, RewardStream, verifier_connection
-from verifier.eval.evaluate import NO_SOURCE, EvalProblem, error_message, response_records, summarize
+from verifier.eval.evaluate import (
+    NO_SOURCE,
+    EvalProblem,
+    error_message,
+    response_records,
+    summarize,
+)
 
 log = logging.getLogger(__name__)
 

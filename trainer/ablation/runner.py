@@ -424,8 +424,8 @@ class Driver:
         fp = preregistration.fingerprint(self.ablation)
         if preregistration.preregistration_commit(self.ablation.name, fp) is None:
             raise RuntimeError(f"the design of {self.ablation.name} is not the one committed in "
-                               f"{preregistration.DOC}: run python -m trainer.ablation.preregistration, "
-                               "commit it, then run again")
+                               f"{preregistration.DOC}: run python -m "
+                               "trainer.ablation.preregistration, commit it, then run again")
 
     def standing(self, outcomes: Sequence[RunOutcome]) -> dict[str, Any]:
         """summary.json's top-level record of where its runs come from: the seeds, each run's

@@ -69,7 +69,12 @@ from sandbox import RunResult, Sandbox, SandboxLimits
 
 from verifier.scoring.checker_jail import CHECK_PENDING_BYTES, Case, CheckerRecords, checker_run
 from verifier.scoring.checkers import EXACT, FLOAT_PREFIX, ProgramChecker, describe
-from verifier.scoring.extract import after_think, last_code_block, lcb_code_block, skywork_code_block
+from verifier.scoring.extract import (
+    after_think,
+    last_code_block,
+    lcb_code_block,
+    skywork_code_block,
+)
 from verifier.service.descriptors import fd_shortage, run_jail, unavailable
 from verifier.harness import framing
 from verifier.data.ground_truth import BadGroundTruth, Spec, parse_ground_truth
