@@ -365,12 +365,24 @@ def shm_state() -> tuple[set[str], int]:
     return names, size
 
 
+def _still_there(paths: list[str], wait_s: float = 3.0) -> list[str]:
+    """Those of ``paths`` that still exist after up to ``wait_s``. Why: a jail of another
+    verifier on the host (a trainer's, a test run's) that has just ended has its process gone
+    while nsjail is still removing its cgroup; that moment is not a leak, and a leak stays."""
+    deadline = time.monotonic() + wait_s
+    left = [p for p in paths if os.path.exists(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [p for p in left if os.path.exists(p)]
+    return left
+
+
 def leftovers(before: dict, replicas: list[Replica]) -> dict:
     """What the run left on the host, against ``before``."""
     procs = tagged()
-    cg = [path for path in sorted(nsjail_cgroups() - before["cgroups"])  # stale, or ours
-          if not os.path.exists(f"/proc/{path.rsplit('.', 1)[1]}")
-          or int(path.rsplit(".", 1)[1]) in procs]
+    cg = _still_there([path for path in sorted(nsjail_cgroups() - before["cgroups"])
+                       if not os.path.exists(f"/proc/{path.rsplit('.', 1)[1]}")  # stale,
+                       or int(path.rsplit(".", 1)[1]) in procs])  # or ours
     killed, clean = [], []
     for r in replicas:
         k, c = r.scratch_left()
