@@ -61,14 +61,24 @@ onto one (the entropy story of the Skywork-OR1 report, scripts/entropy_world.py)
 ``extra.reference`` stays the first way's response. ``copy`` applies to code problems only (a
 math answer must be the number): it needs no arithmetic, so it is the way that solves code
 problems reliably, while the three scratchpads are as reliable as each other.
+
+Weights (``--way-weights units=24,copy=1``, with ``--ways``): a way of weight w appears w times in
+``extra.ways`` and ``extra.references`` (the ways absent from the option weigh 1; the counts of a
+row divided by their greatest common divisor), so the warm start's uniform draw from the list
+trains on it w times as often as on a way of weight 1. With ``copy`` light, it is a
+way the warm-started policy rarely takes; with a stage limit of 48 tokens and levels 2 and 3
+(concise style), it is the only one that fits the level-3 code problems (copy 35 tokens,
+the units scratchpad 50-59), which makes finding it pay (the rare-way world of
+trainer/ablation/designs.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 MIN_LEVEL, MAX_LEVEL = 1, 6
@@ -151,12 +161,14 @@ def reference(a: int, b: int, domain: str, verbose: bool = False) -> str:
 
 
 def make_problem(a: int, b: int, level: int, domain: str, rng: random.Random,
-                 verbose: bool = False, ways: Sequence[str] | None = None) -> dict:
+                 verbose: bool = False, ways: Sequence[str] | None = None,
+                 way_weights: Mapping[str, int] | None = None) -> dict:
     """One JSONL row (see the module docstring). Code problems get three call-based tests of
     ``f`` (LiveCodeBench's functional format: inputs are JSON lines, outputs JSON values).
     ``verbose`` picks the style of the reference response. ``ways`` (None: off) adds
     ``extra.ways`` and ``extra.references``, one response per way that applies, and makes
-    ``extra.reference`` the first of them; it draws nothing from ``rng``."""
+    ``extra.reference`` the first of them; it draws nothing from ``rng``. ``way_weights``
+    repeats a way's entry in both lists that many times (absent ways: once)."""
     if domain == "math":
         prompt, truth = f"Compute {a}+{b}.", str(a + b)
     elif domain == "code":
@@ -175,6 +187,11 @@ def make_problem(a: int, b: int, level: int, domain: str, rng: random.Random,
         if not refs:
             raise ValueError(f"none of the ways {list(ways)} applies to a {domain} problem")
         extra["reference"] = refs[0][1]
+        # Divided by their greatest common divisor over the ways that apply (a math row with
+        # one way keeps one entry): the same uniform draw, with no copy that changes nothing.
+        weights = {w: (way_weights or {}).get(w, 1) for w, _ in refs}
+        unit = math.gcd(*weights.values())
+        refs = [(w, r) for w, r in refs for _ in range(weights[w] // unit)]
         extra["ways"] = [w for w, _ in refs]
         extra["references"] = [r for _, r in refs]
     return {"id": problem_id(level, a, b), "prompt": prompt, "domain": domain,
@@ -259,7 +276,8 @@ def check_disjoint(train: Iterable[dict], held_out: Iterable[dict]) -> None:
 def generate(n_train: int, n_eval: int, levels: Sequence[int] = (2, 3, 4),
              code_share: float = 0.25, seed: int = 0, verbose_share: float = 0.5,
              held_out: Sequence[dict] | None = None,
-             ways: Sequence[str] | None = None) -> tuple[list[dict], list[dict]]:
+             ways: Sequence[str] | None = None,
+             way_weights: Mapping[str, int] | None = None) -> tuple[list[dict], list[dict]]:
     """Unique problems, split into training and held-out sets with no operand pair in both.
 
     Each split holds the levels in near-equal numbers, ``code_share`` of each level's problems
@@ -267,7 +285,8 @@ def generate(n_train: int, n_eval: int, levels: Sequence[int] = (2, 3, 4),
     ``held_out`` (rows of an existing held-out file, for example to draw a larger training set
     against a fixed evaluation set), that split is kept as it is, ``n_eval`` is ignored, and
     training avoids its pairs. ``ways`` (None: off) gives every row a reference per way
-    (:func:`make_problem`); the problems drawn are the same with and without it.
+    (:func:`make_problem`), ``way_weights`` (with ``ways``) repeats them; the problems drawn are
+    the same with and without either.
 
     Raises:
         ValueError: a level outside 1..6, a share outside [0, 1], negative counts, a level
@@ -293,6 +312,15 @@ def generate(n_train: int, n_eval: int, levels: Sequence[int] = (2, 3, 4),
         if "copy" in ways and len(ways) == 1 and code_share < 1.0:
             raise ValueError("the way 'copy' applies to code problems only: add a scratchpad "
                              "way (units, carry, swap) or use code_share=1")
+    if way_weights:
+        if ways is None:
+            raise ValueError("way_weights needs ways: they weigh the ways' references")
+        for w, n in way_weights.items():
+            if w not in ways:
+                raise ValueError(f"way_weights names {w!r}, which is not among the ways {ways}")
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise ValueError(f"way_weights: the weight of {w!r} must be an integer >= 1, "
+                                 f"got {n!r}")
     rng = random.Random(seed)
     taken: set[tuple[int, int]] = set()
     kept: dict[int, int] = {level: 0 for level in levels}
@@ -326,7 +354,8 @@ def generate(n_train: int, n_eval: int, levels: Sequence[int] = (2, 3, 4),
                 if rng.random() < 0.5:
                     a, b = b, a
                 rows.append(make_problem(a, b, level, "code" if i in code else "math", rng,
-                                         verbose=i in verbose, ways=ways))
+                                         verbose=i in verbose, ways=ways,
+                                         way_weights=way_weights))
     rng.shuffle(evals)
     rng.shuffle(trains)
     check_disjoint(trains, held_out if held_out is not None else evals)
@@ -336,14 +365,15 @@ def generate(n_train: int, n_eval: int, levels: Sequence[int] = (2, 3, 4),
 def write(out: Path, n_train: int, n_eval: int, levels: Sequence[int] = (2, 3, 4),
           code_share: float = 0.25, seed: int = 0, verbose_share: float = 0.5,
           held_out: Path | None = None,
-          ways: Sequence[str] | None = None) -> tuple[Path, Path]:
+          ways: Sequence[str] | None = None,
+          way_weights: Mapping[str, int] | None = None) -> tuple[Path, Path]:
     """Write ``out/train.jsonl`` and ``out/eval.jsonl`` (with ``held_out``, that file is copied
     as ``eval.jsonl`` and training avoids its problems)."""
     fixed = None
     if held_out is not None:
         fixed = [json.loads(x) for x in Path(held_out).read_text().splitlines() if x.strip()]
     train, evals = generate(n_train, n_eval, levels, code_share, seed, verbose_share,
-                            held_out=fixed, ways=ways)
+                            held_out=fixed, ways=ways, way_weights=way_weights)
     out.mkdir(parents=True, exist_ok=True)
     paths = out / "train.jsonl", out / "eval.jsonl"
     for path, rows in zip(paths, (train, evals), strict=True):
@@ -351,6 +381,18 @@ def write(out: Path, n_train: int, n_eval: int, levels: Sequence[int] = (2, 3, 4
         tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
         tmp.rename(path)
     return paths
+
+
+def parse_way_weights(text: str) -> dict[str, int]:
+    """``"units=24,copy=1"`` -> ``{"units": 24, "copy": 1}``; a malformed item is an error
+    naming it."""
+    out: dict[str, int] = {}
+    for item in text.split(","):
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().isdigit():
+            raise ValueError(f"--way-weights: {item!r} is not way=INTEGER")
+        out[name.strip()] = int(value)
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -371,12 +413,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help=f"comma list of ways to a correct response ({', '.join(WAYS)}): each "
                          "row gets extra.ways and extra.references, one per way that applies "
                          "(default: off, one reference)")
+    ap.add_argument("--way-weights", default=None,
+                    help="with --ways: comma list of way=weight (integers >= 1; absent ways "
+                         "weigh 1): a way's reference appears that many times in "
+                         "extra.references, so the warm start draws it that much more often")
     args = ap.parse_args(argv)
     try:
         levels = [int(x) for x in args.levels.split(",")]
         ways = args.ways.split(",") if args.ways is not None else None
+        weights = parse_way_weights(args.way_weights) if args.way_weights else None
         write(args.out, args.train, args.eval, levels, args.code_share, args.seed,
-              args.verbose_share, args.held_out, ways=ways)
+              args.verbose_share, args.held_out, ways=ways, way_weights=weights)
     except ValueError as e:
         ap.exit(2, f"error: {e}\n")
     return 0

@@ -12,13 +12,17 @@ the ways.
     python scripts/entropy_world.py --seeds 3 --jobs 2          # adaptive and off, 3 seeds each
 
 runs ``trainer ablate entropy-control``'s variants (``adaptive``, ``off``; its setup,
-(N_SGD, D_R, D_T, N_reuse) = (4, 16, 4, 1)) through trainer/ablation/runner.py's driver, with the data
-pointed at this world, under ``--out`` (default runs/entropy-world): the same report.md,
+(N_SGD, D_R, D_T, N_reuse) = (4, 16, 4, 1)) through trainer/ablation/runner.py's driver in the
+``ways`` world (trainer/ablation/designs.py WORLDS: ``trainer ablate entropy-control --world
+ways`` runs the same, one run at a time), under ``--out`` (default runs/entropy-world): the same
+report.md,
 summary.json and plots as ``trainer ablate``, plus ways.json: which way each run's sampled
 responses took, per 20 steps (every prompt's 8 samples are kept every 5 steps). Extra
 ``--set key=value`` overrides reach every run (after the defaults below). ``--check`` only
 warm-starts (once per ``--out``) and prints the entropy of the warm-started policy's first RL
-step and the ways of its rollouts there.
+step and the ways of its rollouts there. ``--world rare-way`` does the same in that world (the
+entropy-control and off-policy ablations' own). ``--ways-of DIR`` only reads: the ways of the
+kept samples of every run under DIR (a ``runs/`` folder of ``trainer ablate``), per 20 steps.
 
 Measured (2-core CPU shared with other low-priority runs, two runs at a time; 160 steps each,
 750-950 s per run, as a demo-world run under the same load; the entropy target is the demo's
@@ -42,7 +46,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import subprocess
 import sys
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -58,27 +61,9 @@ from trainer.ablation.runner import (  # noqa: E402 - after the path
 )
 from trainer.ablation.report import build_summary  # noqa: E402
 
-WAYS_ARG = "units,carry,swap,copy"
-DATA_ARGS = ["--train", "6000", "--eval", "200", "--levels", "2,3,4", "--code-share", "0.25",
-             "--verbose-share", "0.5", "--seed", "0", "--ways", WAYS_ARG]
-DEFAULTS = ["warm_start.response_template={references}",
-            "log.samples_every=5", "log.samples_prompts=16"]
-"""Every run: the warm start draws one of the ways per problem per step; every prompt's
-samples are kept every 5 steps (for ways.json)."""
-
 
 class WaysDriver(Driver):
-    """trainer/ablation/runner.py's driver with the data written by the toy world with ``--ways``."""
-
-    def write_data(self) -> None:
-        stamp = self.data / "ARGS"
-        wanted = " ".join(DATA_ARGS)
-        if (self.data / "eval.jsonl").exists() and stamp.exists() and stamp.read_text() == wanted:
-            return
-        self.data.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, str(ROOT / "datasets" / "toyworld.py"), "--out",
-                        str(self.data), *DATA_ARGS], check=True)
-        stamp.write_text(wanted)
+    """trainer/ablation/runner.py's driver, with several runs at a time."""
 
     def run_parallel(self, jobs: int):
         self.root.mkdir(parents=True, exist_ok=True)
@@ -184,12 +169,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default="adaptive,off")
     ap.add_argument("--set", dest="extra", action="append", default=[],
                     help="key=value for every run (repeatable)")
+    ap.add_argument("--world", default="ways", choices=["ways", "rare-way"],
+                    help="the world (trainer/ablation/designs.py WORLDS; default ways)")
+    ap.add_argument("--ways-of", type=Path, default=None, metavar="DIR",
+                    help="only print the ways of the kept samples of the runs under DIR")
     ap.add_argument("--check", action="store_true",
                     help="only warm-start and print the first RL step's entropy")
     args = ap.parse_args(argv)
+    if args.ways_of is not None:
+        runs = sorted(p for p in args.ways_of.iterdir() if (p / "samples").is_dir())
+        if not runs:
+            ap.exit(2, f"error: no run with kept samples under {args.ways_of}\n")
+        for run in runs:
+            print(run.name)
+            for window, counts in way_counts(run).items():
+                n = sum(counts.values())
+                print(f"  steps {window}+: " + ", ".join(f"{k} {v / n:.0%}"
+                                                        for k, v in counts.items()))
+        return 0
     driver = WaysDriver(AblateOptions("entropy-control", profile=args.profile, seeds=args.seeds,
                                       out=args.out, variants=args.variants.split(","),
-                                      extra=[*DEFAULTS, *args.extra]))
+                                      extra=args.extra, world=args.world))
     if args.check:
         driver.write_data()
         model = driver.warm_start()

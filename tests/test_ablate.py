@@ -206,7 +206,7 @@ def test_off_policy_quadruples_are_what_the_config_derives() -> None:
             (int(n_sgd), names[dr], names[dt], int(reuse))
     quick = {int(v.quadruple[0]) for v in a.variants_for("quick")}
     assert {1, 4} <= quick  # the quick profile's floor: N_SGD 1 and 4
-    assert [v.name for v in a.variants_for("full")] == ["on-policy", "nsgd4-mb", "nsgd4-reuse"]
+    assert [v.name for v in a.variants_for("full")] == ["on-policy", "nsgd4-mb"]
     assert len(a.variants) == 5  # every quadruple of the report's Fig. 16, two optional
 
 
@@ -240,7 +240,7 @@ TINY = ["total_steps=2", "warm_start.steps=10", "eval.max_problems=8", "eval.n_s
 
 def ablate_cli(out: Path) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "trainer.cli", "ablate", "off-policy", "--seeds", "1",
-           "--variants", "on-policy,nsgd2-reuse,nsgd4-mb", "--out", str(out)]
+           "--variants", "on-policy,nsgd2-reuse,nsgd4-mb", "--out", str(out), "--world", "demo"]
     for x in TINY:
         cmd += ["--set", x]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
@@ -516,7 +516,7 @@ def test_a_run_directory_made_with_another_config_is_an_error_not_a_reuse(tiny_a
     run = out / "off-policy" / "runs" / "on-policy-s0"
     before = (run / "metrics.jsonl").stat().st_mtime_ns
     cmd = [sys.executable, "-m", "trainer.cli", "ablate", "off-policy", "--seeds", "1",
-           "--variants", "on-policy", "--out", str(out)]
+           "--variants", "on-policy", "--out", str(out), "--world", "demo"]
     for x in [*TINY, "magic.lr=0.001"]:
         cmd += ["--set", x]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)

@@ -59,7 +59,7 @@ def test_confirm_refuses_an_unregistered_ablation_and_a_changed_seed_count(capsy
     assert cli_main(["ablate", "off-policy", "--profile", "confirm"]) != 0
     assert "no pre-registered design" in capsys.readouterr().err
     assert cli_main(["ablate", "batch-size", "--profile", "confirm", "--seeds", "3"]) != 0
-    assert "no --seeds, --variants or --set" in capsys.readouterr().err
+    assert "no --seeds, --variants, --set or another --world" in capsys.readouterr().err
 
 
 # -- which runs are confirmatory, in a real repository -----------------------------------------

@@ -109,7 +109,8 @@ def test_avg_at_k_on_generations_with_known_right_answers(client, tmp_path) -> N
     assert summary["profiles"] == {"default": 20}  # the summary says which rules judged them
     metrics = trainer_metrics(summary)
     assert metrics == pytest.approx({"eval/a/avg@4": 0.125, "eval/b/avg@4": 0.75,
-                                     "eval/eval/avg@4": 0.75, "eval/accuracy": 0.5})
+                                     "eval/eval/avg@4": 0.75, "eval/accuracy": 0.5,
+                                     "eval/pass@k": 0.8})
     # the generations file scores the same through `verifier eval`
     gens = tmp_path / "gens.jsonl"
     gens.write_text("".join(json.dumps(r) + "\n" for r in generations_records(

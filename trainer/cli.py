@@ -135,6 +135,8 @@ class AblateArgs:
     overrides: Annotated[tyro.conf.UseAppendAction[list[str]], tyro.conf.arg(name="set")] = \
         field(default_factory=list)
     """key=value config override for every run, after the profile's (repeatable)."""
+    world: Literal["demo", "ways", "rare-way"] | None = None
+    """The data the runs train on (default: the ablation's own world; --list names it): demo, the demo's toy world; ways, four equally good ways to an answer (docs/entropy-world); rare-way, a way the warm start rarely takes that alone fits the length limit for a quarter of the problems (trainer/ablation/designs.py WORLDS). Runs of one ablation in two worlds need two --out directories (a run directory made with another config is an error)."""
 
 
 def knobs_text() -> str:
@@ -276,7 +278,8 @@ def cmd_ablate(args: AblateArgs) -> int:
     try:
         opts = AblateOptions(name=args.name, profile=args.profile, seeds=args.seeds,
                              out=Path(args.out), extra=list(args.overrides),
-                             variants=args.variants.split(",") if args.variants else None)
+                             variants=args.variants.split(",") if args.variants else None,
+                             world=args.world)
         return ablate(opts)
     except (UnknownAblation, ValueError, RuntimeError) as e:
         return _user_error(e)

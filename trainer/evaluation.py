@@ -160,13 +160,15 @@ def summarize_run(run: ScoredRun, k: int, allow_errors: bool = False) -> dict[st
 
 def trainer_metrics(summary: dict[str, Any]) -> dict[str, float]:
     """The training loop's evaluation metrics (docs/contracts.md 3): ``eval/accuracy`` (avg@k over
-    all problems) and ``eval/<data_source>/avg@k``."""
+    all problems), ``eval/pass@k`` (unbiased pass@k at k = the samples per problem: the share
+    solved at least once, what exploring finds) and ``eval/<data_source>/avg@k``."""
 
     k = summary["k"]
     out: dict[str, float] = {}
     for src, s in summary["by_source"].items():
         out[mn.eval_avg_at_k(EVAL_SOURCE if src == NO_SOURCE else src, k)] = s["avg@k"]
     out[mn.EVAL_ACCURACY] = summary["avg@k"]
+    out[mn.EVAL_PASS_AT_K] = summary["pass@k"]
     return out
 
 

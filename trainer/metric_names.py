@@ -64,6 +64,7 @@ TIME_EVAL = "time/eval"
 
 # -- evaluation (trainer/evaluation.py) -----------------------------------------------------------
 EVAL_ACCURACY = "eval/accuracy"
+EVAL_PASS_AT_K = "eval/pass@k"
 EVAL_AVG_AT_K = "eval/<source>/avg@<k>"
 EVAL_PREFIX = "eval/"
 
@@ -73,6 +74,7 @@ ENTROPY_GAP = "entropy/gap"
 EVAL_ACCURACY_BEST = "eval/accuracy_best"
 EVAL_ACCURACY_AUC = "eval/accuracy_auc"
 EVAL_ACCURACY_LAST3 = "eval/accuracy_last3"
+EVAL_PASS_LAST3 = "eval/pass@k_last3"
 EVAL_LAST_STAGE_GAIN = "eval/last_stage_gain"
 TOKENS = "tokens"
 
@@ -135,6 +137,7 @@ METRICS: dict[str, str] = {
     TIME_STEP: "seconds for the whole step",
     TIME_EVAL: "seconds evaluating (evaluation steps)",
     EVAL_ACCURACY: "avg@k over all held-out problems (evaluation steps)",
+    EVAL_PASS_AT_K: "pass@k over all held-out problems, k = eval.n_samples (evaluation steps)",
     EVAL_AVG_AT_K: "avg@k of one data source's held-out problems (evaluation steps)",
 }
 
@@ -146,6 +149,7 @@ ABLATION_METRICS: dict[str, str] = {
     EVAL_ACCURACY_BEST: "best eval/accuracy of the run",
     EVAL_ACCURACY_AUC: "mean eval/accuracy over the evaluations after step 0",
     EVAL_ACCURACY_LAST3: "mean eval/accuracy over the last 3 evaluations after step 0",
+    EVAL_PASS_LAST3: "mean eval/pass@k over the last 3 evaluations after step 0",
     EVAL_LAST_STAGE_GAIN: "eval/accuracy gained during the last stage",
     TOKENS: "response tokens generated for training",
 }

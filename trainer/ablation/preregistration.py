@@ -30,7 +30,7 @@ from typing import Any
 
 from trainer import metric_names as mn
 from trainer.ablation.stats import check_power, detectable, seeds_for_power
-from trainer.ablation.designs import ABLATIONS, LABELS, PROFILES, Ablation, Check
+from trainer.ablation.designs import ABLATIONS, LABELS, PROFILES, WORLDS, Ablation, Check
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = Path("docs/ablations/preregistration.md")
@@ -126,12 +126,14 @@ _SD_AUC = ("the exploratory full-profile runs (docs/ablations/{name}/summary.jso
            "one shared warm start): the sd of the paired eval/accuracy_auc differences, the "
            "nearest to the last-3 mean they logged; one warm start per seed may widen it, and "
            "the summary prints the minimum detectable effect its own spread gives")
-_PENDING_WORLD = ("the claim's benefit needs a world where exploration must pay (a solution way "
-                  "rare in the warm start and the only one that fits the stage's length for "
-                  "part of the problems, judged by pass@k): in the toy world the collapse "
-                  "converges onto the most reliable way and the paying way is half the samples "
-                  "at step 1 (docs/entropy-world), so a benefit check there says nothing either "
-                  "way; not built yet")
+_PENDING_WORLD = ("the claim's benefit needs a world where exploration must pay; in the demo's "
+                  "world, and in the ways world (docs/entropy-world), the collapse converges "
+                  "onto the most reliable way and the paying way is half the samples at step 1, "
+                  "so a benefit check there says nothing either way. The rare-way world is "
+                  "built for it (World above); the design waits for a pilot there (seed 0, "
+                  "outside the registered seeds) that measures the warm-started policy's "
+                  "entropy (the controller's target is set from it) and the spread of the "
+                  "paired accuracy differences the seed count is sized from")
 
 PLANS: dict[str, Plan] = {
     "off-policy": Plan(pending=_PENDING_WORLD),
@@ -184,9 +186,12 @@ def required_seeds(check: Check, power: Power) -> int:
 
 
 def design(ablation: Ablation) -> dict[str, Any]:
-    """Everything registered for one ablation, as plain data (what the fingerprint covers)."""
+    """Everything registered for one ablation, as plain data (what the fingerprint covers). A
+    world other than the demo's is part of it (its data arguments and settings); the demo's
+    adds no key, so the designs registered before worlds existed keep their fingerprints."""
     p = plan(ablation.name)
-    return {
+    world = ({"world": asdict(WORLDS[ablation.world])} if ablation.world != "demo" else {})
+    return {**world,
         "ablation": ablation.name, "claim": ablation.claim,
         "profile": list(PROFILES["confirm"].overrides),
         "setup": dict(ablation.setup),
@@ -250,6 +255,11 @@ def render() -> str:
         p = plan(name)
         out += [f"## `{name}`", "", f"<!-- preregistered {name} {fingerprint(ablation)} -->", "",
                 f"**Claim.** {ablation.claim}", ""]
+        if ablation.world != "demo":
+            w = WORLDS[ablation.world]
+            out += [f"**World:** `{w.name}`: {w.about}. Data: `python datasets/toyworld.py "
+                    f"{' '.join(w.data_args)}`; settings for the warm start and every run: "
+                    + ", ".join(f"`{x}`" for x in w.overrides) + ".", ""]
         if p.pending:
             out += [f"**Not registered yet:** {p.pending}.", ""]
             continue

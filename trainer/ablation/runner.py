@@ -21,7 +21,11 @@ run again; one with a checkpoint continues with ``trainer run --resume``. Reuse:
 resolved config (all but its name and place) equals a finished run of another ablation in the
 same ``--out`` is not run again either: its run directory becomes a link to that run (several
 ablations share a baseline: ``kl``'s beta0, ``group-size``'s g8, ``batch-size``'s b16 and
-``adv-mask``'s none are all the demo's own config). Ctrl-C is forwarded
+``adv-mask``'s none are all the demo's own config). On the confirm profile a twin counts only
+when it would be confirmatory for this ablation too (made at or after its pre-registration
+commit); one that would not is run again. Worlds: each ablation names the data it trains on
+(trainer/ablation/designs.py WORLDS; ``--world`` picks another on an exploratory profile); a
+world's data lives in DIR/data-WORLD, the demo's in DIR/data. Ctrl-C is forwarded
 once to the running child (its own session, so a terminal's Ctrl-C reaches only this driver):
 the child finishes its step and writes a checkpoint; a second Ctrl-C kills it. SIGTERM is
 handled as a Ctrl-C.
@@ -46,7 +50,15 @@ from typing import Any
 
 from trainer import metric_names as mn
 from trainer.ablation.report import DONE, build_summary, fmt, report_markdown, write_plots
-from trainer.ablation.designs import ABLATIONS, LABELS, PROFILES, Ablation, Variant, run_numbers
+from trainer.ablation.designs import (
+    ABLATIONS,
+    LABELS,
+    PROFILES,
+    WORLDS,
+    Ablation,
+    Variant,
+    run_numbers,
+)
 from trainer.ablation import preregistration
 from trainer.config import RunConfig, load_config, read_run_config
 from trainer.plot import read_metrics
@@ -75,6 +87,8 @@ class AblateOptions:
     """Run only these variants (default: the profile's)."""
     extra: list[str] = field(default_factory=list)
     """``key=value`` overrides for every run, after the profile's (``--set``)."""
+    world: str | None = None
+    """Run in this world (trainer/ablation/designs.py WORLDS; default: the ablation's own)."""
 
 
 @dataclass
@@ -101,6 +115,8 @@ def list_text() -> str:
     out = []
     for n, a in ABLATIONS.items():
         out.append(f"{n}: {a.claim}")
+        if a.world != "demo":
+            out.append(f"    world: {a.world} ({WORLDS[a.world].about})")
         for role in LABELS:
             c = a.labelled(role)
             out.append(f"    {role}: {c.describe() if c else 'none (the claim has no such part)'}")
@@ -154,9 +170,10 @@ class Driver:
             if plan.pending:
                 raise ValueError(f"{self.ablation.name} has no pre-registered design "
                                  f"({plan.pending}); --profile full makes an exploratory run")
-            if opts.seeds is not None or opts.variants or opts.extra:
+            if opts.seeds is not None or opts.variants or opts.extra or (
+                    opts.world not in (None, self.ablation.world)):
                 raise ValueError("--profile confirm runs the registered design as it is: no "
-                                 "--seeds, --variants or --set")
+                                 "--seeds, --variants, --set or another --world")
             self.seeds = plan.seed_list
         else:
             self.seeds = list(range(opts.seeds if opts.seeds is not None
@@ -174,12 +191,16 @@ class Driver:
         self.variants: tuple[Variant, ...] = variants
         self.dose_overrides: dict[str, dict[str, str]] = {}
         """variant -> the chosen dose's override (confirm profile, trainer/ablation/preregistration.py)."""
+        world = opts.world or self.ablation.world
+        if world not in WORLDS:
+            raise ValueError(f"unknown world {world!r}; valid: {', '.join(WORLDS)}")
+        self.world = WORLDS[world]
         self.out = Path(opts.out).resolve()
         self.root = self.out / self.ablation.name
-        self.data = self.out / "data"
+        self.data = self.out / ("data" if not self.world.data_args else f"data-{world}")
 
     def common(self) -> list[str]:
-        return [*self.profile.overrides, *self.opts.extra]
+        return [*self.profile.overrides, *self.world.overrides, *self.opts.extra]
 
     def data_overrides(self) -> list[str]:
         return [f"data.train_files=[{self.data / 'train.jsonl'}]",
@@ -187,7 +208,19 @@ class Driver:
 
     # -- shared inputs --
     def write_data(self) -> None:
-        """The demo's toy world (scripts/demo.py: same generator arguments)."""
+        """The world's data: the demo's (scripts/demo.py: same generator arguments), or
+        datasets/toyworld.py with the world's arguments (written again only when they
+        changed)."""
+        if self.world.data_args:
+            stamp, wanted = self.data / "ARGS", " ".join(self.world.data_args)
+            if ((self.data / "eval.jsonl").exists() and stamp.exists()
+                    and stamp.read_text() == wanted):
+                return
+            self.data.mkdir(parents=True, exist_ok=True)
+            subprocess.run([sys.executable, str(ROOT / "datasets" / "toyworld.py"), "--out",
+                            str(self.data), *self.world.data_args], check=True)
+            stamp.write_text(wanted)
+            return
         spec = importlib.util.spec_from_file_location("demo", ROOT / "scripts" / "demo.py")
         demo = importlib.util.module_from_spec(spec)
         assert spec.loader is not None
@@ -241,8 +274,11 @@ class Driver:
             identity = None
         if run_dir.is_symlink() and not run_dir.exists():  # its twin was removed: run it here
             run_dir.unlink()
+        if run_dir.is_symlink() and not self.twin_counts(variant, seed, run_dir.resolve()):
+            # A link made before the confirm profile checked twins: its run cannot count here.
+            run_dir.unlink()
         if not run_dir.exists():
-            twin = self.finished_twin(identity)
+            twin = self.finished_twin(identity, variant, seed)
             if twin is not None:
                 run_dir.parent.mkdir(parents=True, exist_ok=True)
                 run_dir.symlink_to(os.path.relpath(twin, run_dir.parent), target_is_directory=True)
@@ -284,18 +320,33 @@ class Driver:
                                          indent=1))
         return outcome
 
-    def finished_twin(self, identity: dict[str, Any] | None) -> Path | None:
+    def finished_twin(self, identity: dict[str, Any] | None, variant: Variant,
+                      seed: int) -> Path | None:
         """A finished run of another ablation under the same ``--out`` made with the same
-        resolved config (its place aside), or None. Links are skipped: a twin is a run."""
+        resolved config (its place aside) that may count here (:meth:`twin_counts`), or None.
+        Links are skipped: a twin is a run."""
         if identity is None:
             return None
         for marker in sorted(self.out.glob(f"*/runs/*/{MARKER}")):
             run_dir = marker.parent
             if run_dir.is_symlink() or run_dir.parent.parent == self.root:
                 continue
-            if _identity_of(run_dir) == identity and _reached_its_end(run_dir, _rows(run_dir)):
+            if (_identity_of(run_dir) == identity and _reached_its_end(run_dir, _rows(run_dir))
+                    and self.twin_counts(variant, seed, run_dir)):
                 return run_dir
         return None
+
+    def twin_counts(self, variant: Variant, seed: int, twin: Path) -> bool:
+        """Whether another ablation's run may stand for this one: always on an exploratory
+        profile; on the confirm profile only when it would be confirmatory for this ablation
+        (made from a clean checkout at or after this ablation's pre-registration commit: a
+        run another ablation registered earlier may predate it). One that may not is run
+        again here."""
+        if not self.profile.confirmatory:
+            return True
+        _, why = preregistration.problems(
+            self.ablation, [(variant.name, seed, environment_records(twin))])
+        return not why
 
     def _child(self, overrides: list[str], log_file: Path, resume: Path | None) -> int:
         cmd = [sys.executable, "-m", "trainer.cli", "run"]
