@@ -165,3 +165,24 @@ def test_on_the_confirm_profile_a_twin_counts_only_if_it_would_be_confirmatory(t
     assert not confirm.twin_counts(t10, 0, new)  # not a registered seed
     full = ab.Driver(ab.AblateOptions(name="temperature", profile="full", out=tmp_path))
     assert full.twin_counts(t10, 0, old)
+
+
+def test_a_confirmatory_summary_checks_its_dose_runs_code_too(tmp_path) -> None:
+    """clip-higher's arms run at the dose its dose-finding runs choose (or not at all): a dose
+    run made before the pre-registration commit makes the summary not confirmatory, naming it,
+    and its commit is among the summary's code commits."""
+    first, head = _git("rev-list", "--max-parents=0", "HEAD"), _git("rev-parse", "HEAD")
+    d = ab.Driver(ab.AblateOptions(name="clip-higher", profile="confirm", out=tmp_path))
+    for name, sha in (("dose-clip0.2-2.0e-4-s900", head), ("dose-clip0.2-4.0e-4-s900", first)):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "environment.json").write_text(json.dumps([{"code": {"commit": sha,
+                                                                     "dirty": False}}]))
+        d.dose_runs.append(run)
+    standing = d.standing([])
+    assert standing["confirmatory"] is False and set(standing["code_commits"]) == {first, head}
+    assert standing["not_confirmatory_because"] == [
+        f"dose run dose-clip0.2-4.0e-4-s900: made at {first[:12]}, before the pre-registration "
+        f"commit {standing['preregistration_commit'][:12]} (or off its line)"]
+    d.dose_runs.pop()
+    assert d.standing([])["confirmatory"] is True

@@ -360,18 +360,28 @@ def problems(ablation: Ablation, runs: Iterable[tuple[str, int, Sequence[dict[st
                        "exploratory run's)")
         elif seed not in registered:
             why.append(f"{run}: seed {seed} is not one of the registered seeds")
-        if not records:
-            why.append(f"{run}: no environment.json: its code commit is unknown")
-        for r in records:
-            code = r.get("code") or {}
-            if not code.get("commit"):
-                why.append(f"{run}: made outside a git checkout")
-            elif code.get("dirty"):
-                why.append(f"{run}: made with uncommitted changes at {code['commit'][:12]}")
-            elif not is_descendant(code["commit"], commit, root):
-                why.append(f"{run}: made at {code['commit'][:12]}, before the pre-registration "
-                           f"commit {commit[:12]} (or off its line)")
+        why += code_problems(run, records, commit, root)
     return commit, why
+
+
+def code_problems(run: str, records: Sequence[dict[str, Any]], commit: str,
+                  root: Path = ROOT) -> list[str]:
+    """Why a run's code does not count after the pre-registration ``commit`` (empty: it
+    does): unknown, dirty, or not at or after that commit. Every start of a resumed run must
+    count. ``run`` names the run in the reasons."""
+    if not records:
+        return [f"{run}: no environment.json: its code commit is unknown"]
+    why = []
+    for r in records:
+        code = r.get("code") or {}
+        if not code.get("commit"):
+            why.append(f"{run}: made outside a git checkout")
+        elif code.get("dirty"):
+            why.append(f"{run}: made with uncommitted changes at {code['commit'][:12]}")
+        elif not is_descendant(code["commit"], commit, root):
+            why.append(f"{run}: made at {code['commit'][:12]}, before the pre-registration "
+                       f"commit {commit[:12]} (or off its line)")
+    return why
 
 
 def main(argv: Sequence[str] | None = None) -> int:

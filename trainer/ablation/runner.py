@@ -189,6 +189,9 @@ class Driver:
                                  f"{', '.join(known)}")
             variants = tuple(known[v] for v in opts.variants)
         self.variants: tuple[Variant, ...] = variants
+        self.dose_runs: list[Path] = []
+        """The dose-finding runs this ablation's summary rests on (their code is checked as
+        the arms' is)."""
         self.dose_overrides: dict[str, dict[str, str]] = {}
         """variant -> the chosen dose's override (confirm profile, trainer/ablation/preregistration.py)."""
         world = opts.world or self.ablation.world
@@ -440,6 +443,7 @@ class Driver:
                                             "eval.every_steps": "0"})
             print(f"[{self.ablation.name}] dose run {probe.name} ...", flush=True)
             o = self.run_one(probe, dose.seed, model)
+            self.dose_runs.append(o.run_dir)
             if o.status == "interrupted":
                 raise KeyboardInterrupt
             if o.status not in DONE:
@@ -480,11 +484,12 @@ class Driver:
 
     def standing(self, outcomes: Sequence[RunOutcome]) -> dict[str, Any]:
         """summary.json's top-level record of where its runs come from: the seeds, each run's
-        code commits and machines (environment.json), and, on the confirm profile, whether
-        they are confirmatory (and why not)."""
+        code commits and machines (environment.json; the dose runs' too), and, on the confirm
+        profile, whether they are confirmatory (and why not)."""
         records = {(o.variant, o.seed): environment_records(o.run_dir) for o in outcomes
                    if o.status in DONE}
-        every = [r for rs in records.values() for r in rs]
+        dose_records = {run.name: environment_records(run) for run in self.dose_runs}
+        every = [r for rs in (*records.values(), *dose_records.values()) for r in rs]
         out: dict[str, Any] = {
             "seeds": list(self.seeds),
             "code_commits": sorted({(r.get("code") or {}).get("commit") or "unknown"
@@ -497,6 +502,9 @@ class Driver:
             return out
         commit, why = preregistration.problems(
             self.ablation, [(v, s, rs) for (v, s), rs in records.items()])
+        if commit is not None:  # the dose runs decide at which dose the arms run, or that none
+            for name, rs in dose_records.items():
+                why += preregistration.code_problems(f"dose run {name}", rs, commit)
         missing = [f"{o.variant} seed {o.seed}: {o.status}" for o in outcomes
                    if o.status not in DONE]
         why += missing
