@@ -186,3 +186,21 @@ def test_a_confirmatory_summary_checks_its_dose_runs_code_too(tmp_path) -> None:
         f"commit {standing['preregistration_commit'][:12]} (or off its line)"]
     d.dose_runs.pop()
     assert d.standing([])["confirmatory"] is True
+
+
+def test_a_report_with_no_dose_that_acted_shows_the_curve_and_no_empty_plots() -> None:
+    from trainer.ablation import report as rep
+
+    a = ABLATIONS["clip-higher"]
+    reason = "no dose of the registered ladder brought the mechanism into play: magic.lr=..."
+    summary = rep.build_summary(a, a.variants_for("confirm"), [], undecidable=reason)
+    summary["dose"] = {"rule": "the smallest magic.lr of 2.0e-4, 4.0e-4 ...", "knob": "magic.lr",
+                       "curve": {"2.0e-4": 0.00025, "4.0e-4": 0.0011}, "reference": None,
+                       "chosen": None}
+    text = rep.report_markdown(summary, a, {}, [])
+    assert f"The mechanism is absent here: {reason}." in text
+    assert a.undecidable_on_cpu not in text  # the measured reason, not the standing mark
+    assert "## Dose" in text and "| 4.0e-4 | 0.0011 |" in text
+    assert "Chosen: none; the arms were not run." in text
+    assert "None: no run of the arms." in text and "![" not in text
+    assert rep._label_cell(summary["benefit"]).startswith("**undecidable on CPU** (no arm")

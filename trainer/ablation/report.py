@@ -195,6 +195,9 @@ def report_markdown(summary: dict[str, Any], ablation: Ablation, setup: dict[str
                     plots: Sequence[str]) -> str:
     """report.md: claim, verdict, setup, the variants' table, the checks, failures, plots."""
     verdict = summary["verdict"]
+    # The summary's reason (a dose-finding step's measured curve replaces the ablation's mark).
+    absent = (summary["undecidable_on_cpu"] if "undecidable_on_cpu" in summary
+              else ablation.undecidable_on_cpu)
     if summary.get("confirmatory"):
         standing = (f"**Confirmatory**: pre-registered at {summary['preregistration_commit']} "
                     "(docs/ablations/preregistration.md), every run made after it.")
@@ -203,9 +206,8 @@ def report_markdown(summary: dict[str, Any], ablation: Ablation, setup: dict[str
                     + (": " + "; ".join(summary["not_confirmatory_because"])
                        if summary.get("not_confirmatory_because") else "") + ").")
     lines = [f"# Ablation `{ablation.name}`", "", f"**Claim.** {ablation.claim}", "",
-             f"**Verdict: {verdict}.**" + (f" The mechanism is absent here: "
-                                           f"{ablation.undecidable_on_cpu}." if
-                                           ablation.undecidable_on_cpu else ""), "", standing, "",
+             f"**Verdict: {verdict}.**" + (f" The mechanism is absent here: {absent}."
+                                           if absent else ""), "", standing, "",
              ("How it is decided: each check pairs the two variants by seed and takes the "
               "per-seed differences, treatment minus baseline; their mean's two-sided 90% "
               "Student-t interval decides ('higher'/'lower': reproduced when it excludes 0 on "
@@ -219,6 +221,15 @@ def report_markdown(summary: dict[str, Any], ablation: Ablation, setup: dict[str
         lines.append(f"- {k}: {v}")
     if ablation.notes:
         lines.append(f"- notes: {ablation.notes}")
+    dose = summary.get("dose")
+    if dose:
+        lines += ["", "## Dose", "", f"Found first, as registered: {dose['rule']}"
+                  + (f" (reference: {fmt(dose['reference'])})" if dose.get("reference")
+                     is not None else "") + ".", "", f"| {dose['knob']} | measured |",
+                  "|---|---|"]
+        lines += [f"| {k} | {fmt(v)} |" for k, v in dose["curve"].items()]
+        lines += ["", f"Chosen: {dose['chosen']}." if dose["chosen"] is not None else
+                  "Chosen: none; the arms were not run."]
     lines += ["", "## Variants", "",
               ("Means over seeds (± the standard deviation over seeds). Final entropy, length "
                "and truncation: mean of the last 10 steps; accuracy AUC: mean over the "
@@ -262,11 +273,12 @@ def report_markdown(summary: dict[str, Any], ablation: Ablation, setup: dict[str
                      f"{c['pairs']} | {fmt(c.get('detectable'))} | **{c['verdict']}** | "
                      f"{c['reason']} | {dropped} |")
     if not summary["checks"]:
-        lines.append("| | (no check: its variants were not run) | | | | | inconclusive | | |")
+        lines.append("| | (no check: its variants were not run) | | | | | - | | |")
     if summary["failed"]:
         lines += ["", "## Failed runs", ""] + [f"- {x}" for x in summary["failed"]]
     lines += ["", "## Plots", "", ("Each variant's mean over seeds; the band spans the seeds "
-              "(min to max)."), ""] + [f"![{p}]({p})" for p in plots]
+              "(min to max)." if plots else "None: no run of the arms."), ""]
+    lines += [f"![{p}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
 
 
@@ -331,6 +343,8 @@ CONFIRMATORY_DIR = "confirmatory"
 def _label_cell(label: dict[str, Any] | None) -> str:
     if label is None:
         return "- (no such part)"
+    if not label["pairs"] and label["verdict"] == UNDECIDABLE:
+        return f"**{UNDECIDABLE}** (no arm was run: the report says why)"
     interval = _interval(label)
     return (f"**{label['verdict']}**: {fmt(label['mean_diff'])} {interval}, "
             f"{label['pairs']} pairs")

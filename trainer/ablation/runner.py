@@ -49,7 +49,14 @@ from pathlib import Path
 from typing import Any
 
 from trainer import metric_names as mn
-from trainer.ablation.report import DONE, build_summary, fmt, report_markdown, write_plots
+from trainer.ablation.report import (
+    DONE,
+    PLOTS,
+    build_summary,
+    fmt,
+    report_markdown,
+    write_plots,
+)
 from trainer.ablation.designs import (
     ABLATIONS,
     LABELS,
@@ -589,7 +596,10 @@ def error_tail(log_file: Path, lines: int = 3) -> str:
 
 def write_outputs(driver: Driver, summary: dict[str, Any], outcomes: Sequence[RunOutcome]) -> None:
     root = driver.root
-    plots = write_plots(root, summary, outcomes)
+    done = [o for o in outcomes if o.status in DONE]
+    plots = write_plots(root, summary, outcomes) if done else []
+    for stale in ([] if done else [root / name for *_, name, _ in PLOTS]):
+        stale.unlink(missing_ok=True)
     seconds = sum(o.seconds for o in outcomes)
     setup = {
         "command": f"trainer ablate {driver.ablation.name} --profile {driver.profile.name} "
@@ -599,6 +609,8 @@ def write_outputs(driver: Driver, summary: dict[str, Any], outcomes: Sequence[Ru
         "base": "trainer/configs/demo.yaml (the toy world, a tiny Qwen2 model warm-started "
                 "once, 16 prompts x 8 samples, clip-higher 0.28, adaptive entropy target "
                 "0.08 with step 0.005 and cap 0.5, no KL), through `trainer run`",
+        **({"world": f"{driver.world.name}: {driver.world.about} (trainer/ablation/designs.py "
+                     "WORLDS)"} if driver.world.name != "demo" else {}),
         "profile overrides": ", ".join(f"`{x}`" for x in driver.common()) or "none",
         "ablation overrides (every variant)":
             ", ".join(f"`{x}`" for x in _overrides_text(driver.ablation.setup)) or "none",
