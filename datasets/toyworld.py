@@ -62,7 +62,7 @@ onto one (the entropy story of the Skywork-OR1 report, scripts/entropy_world.py)
 math answer must be the number): it needs no arithmetic, so it is the way that solves code
 problems reliably, while the three scratchpads are as reliable as each other.
 
-Weights (``--way-weights units=24,copy=1``, with ``--ways``): a way of weight w appears w times in
+Weights (``--way-weights units=8,copy=1``, with ``--ways``): a way of weight w appears w times in
 ``extra.ways`` and ``extra.references`` (the ways absent from the option weigh 1; the counts of a
 row divided by their greatest common divisor), so the warm start's uniform draw from the list
 trains on it w times as often as on a way of weight 1. With ``copy`` light, it is a

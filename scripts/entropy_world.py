@@ -85,6 +85,7 @@ class WaysDriver(Driver):
 # -- which way a response took --------------------------------------------------------------------
 
 _OPERANDS = re.compile(r"(\d+)\+(\d+)\.?$")
+_COPY_SHAPE = re.compile(r"\d+\+\d+")
 
 
 def operands(prompt: str) -> tuple[str, str] | None:
@@ -95,7 +96,8 @@ def operands(prompt: str) -> tuple[str, str] | None:
 
 def way_of(prompt: str, response: str) -> str:
     """The way a response took (datasets/toyworld.py's WAYS), read from how it begins, so that
-    a later slip does not change it: ``copy`` (the think block is ``A+B``), ``carry`` (the first
+    a later slip does not change it: ``copy`` (the think block is ``A+B``, or any ``X+Y`` of
+    digits: the copying way with its digits wrong), ``carry`` (the first
     column writes its ``+0``), ``units`` or ``swap`` (the first column whose digits differ comes
     in the prompt's order, or the other); "units|swap" when no column tells (equal digits),
     "other" when the beginning fits none (wrong digits, no scratchpad)."""
@@ -104,8 +106,8 @@ def way_of(prompt: str, response: str) -> str:
     if ops is None or not think:
         return "other"
     a, b = ops
-    if think == f"{a}+{b}":
-        return "copy"
+    if think == f"{a}+{b}" or _COPY_SHAPE.fullmatch(think):
+        return "copy"  # the copying way, its digits right or not
     think = re.sub(r"^\d+\+\d+: ", "", think)  # the verbose restatement
     steps = think.split(" ")
     first = steps[0].split("=")[0].split("+")

@@ -424,7 +424,7 @@ def test_the_kl_ablation_logs_the_kl_at_beta_0(tiny_ablation) -> None:
     assert f"benefit {rep.UNDECIDABLE}" in r.stdout
 
 
-def test_the_readme_tables_are_made_from_the_summaries(tmp_path) -> None:
+def test_the_readme_tables_are_made_from_the_summaries(tmp_path, monkeypatch) -> None:
     """`python -m trainer.ablation.report DIR`: between the README's markers, the confirmatory
     table from DIR/confirmatory/NAME/summary.json (mechanism and benefit labels with their
     intervals, the pre-registration commit; a summary not marked confirmatory there is an
@@ -452,6 +452,8 @@ def test_the_readme_tables_are_made_from_the_summaries(tmp_path) -> None:
         "seeds": [1000, 1006], "seconds": 1200.0, "mechanism": None, "benefit": label}))
     readme = tmp_path / "README.md"
     readme.write_text(f"before\n{rep.BEGIN}\nstale\n{rep.END}\nafter\n")
+    from trainer.ablation import preregistration as pr
+    monkeypatch.setitem(pr.PLANS, "off-policy", pr.Plan(pending="a world to build"))
     assert rep.main([str(tmp_path / "abl"), "--readme", str(readme)]) == 0
     text = readme.read_text()
     assert "stale" not in text and text.startswith("before\n") and text.endswith("after\n")

@@ -51,7 +51,7 @@ def test_the_command_offers_exactly_the_worlds_there_are() -> None:
 
 
 def test_the_rare_way_world_makes_the_rare_way_the_only_one_that_fits() -> None:
-    """Its data arguments, generated (fewer problems): every code row draws copy 1 time in 25;
+    """Its data arguments, generated (fewer problems): every code row draws copy 1 time in 9;
     at the stage's 48 tokens (with the end token) the units scratchpad fits every level-2 row
     and level-3 math row and no level-3 code row, and copy fits every code row."""
     args = _args("rare-way")
@@ -77,7 +77,8 @@ def test_the_rare_way_world_makes_the_rare_way_the_only_one_that_fits() -> None:
         if r["domain"] == "math":
             assert ways == ["units"] and fits["units"]
         else:
-            assert ways.count("copy") / len(ways) == pytest.approx(1 / 25)
+            assert ways.count("copy") / len(ways) == pytest.approx(
+                weights["copy"] / (weights["copy"] + weights["units"])) == pytest.approx(1 / 9)
             assert fits["copy"] and fits["units"] == (level == 2)
         seen.add((r["domain"], level))
     assert seen == {("math", 2), ("math", 3), ("code", 2), ("code", 3)}

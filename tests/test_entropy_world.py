@@ -158,3 +158,17 @@ def test_warm_start_draws_every_way(tmp_path, caplog) -> None:
     line = next(r.getMessage() for r in caplog.records if "warm start drew" in r.getMessage())
     picks = {i for (_, i) in ast.literal_eval(line.split(": ", 1)[1])}  # the dict logged
     assert len(picks) >= 3  # 48 draws over 3-4 ways: several ways, not one
+
+
+def test_the_way_of_a_response_is_read_from_its_shape_not_its_digits() -> None:
+    """A response takes its way from how it begins: a copy with wrong digits is still the
+    copying way (what a warm start that rarely saw it writes), a scratchpad with a wrong sum is
+    still its scratchpad, and what fits no way is "other"."""
+    prompt = "Write f(x) that returns x+925+783."
+    code = "\n```python\ndef f(x):\n    return x+{}\n```"
+    assert ew.way_of(prompt, "<think>925+783</think>" + code.format("925+783")) == "copy"
+    assert ew.way_of(prompt, "<think>574+783</think>" + code.format("635+733")) == "copy"
+    assert ew.way_of(prompt, "<think>5+3=9:9 2+8=10:09 9+7+1=17:1709</think>") == "units"
+    assert ew.way_of(prompt, "<think>5+3+0=8:8") == "carry"
+    assert ew.way_of(prompt, "<think>89+254+7=11:11</think>") == "other"
+    assert ew.way_of(prompt, "no think block") == "other"

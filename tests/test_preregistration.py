@@ -55,7 +55,9 @@ def test_a_changed_design_gets_a_new_fingerprint() -> None:
     assert pr.fingerprint(replace(a, notes="other prose")) == pr.fingerprint(a)
 
 
-def test_confirm_refuses_an_unregistered_ablation_and_a_changed_seed_count(capsys) -> None:
+def test_confirm_refuses_an_unregistered_ablation_and_a_changed_seed_count(capsys,
+                                                                          monkeypatch) -> None:
+    monkeypatch.setitem(pr.PLANS, "off-policy", pr.Plan(pending="a world to build first"))
     assert cli_main(["ablate", "off-policy", "--profile", "confirm"]) != 0
     assert "no pre-registered design" in capsys.readouterr().err
     assert cli_main(["ablate", "batch-size", "--profile", "confirm", "--seeds", "3"]) != 0
@@ -149,6 +151,7 @@ def test_a_design_registered_before_doses_were_recorded_keeps_its_registration(t
     assert pr.problems(a, [("b8", seed, [record(later)])], repo) == (later, [])
 
 
-def test_an_unregistered_ablation_is_never_confirmatory() -> None:
+def test_an_unregistered_ablation_is_never_confirmatory(monkeypatch) -> None:
+    monkeypatch.setitem(pr.PLANS, "entropy-control", pr.Plan(pending="a world to build first"))
     _, why = pr.problems(ABLATIONS["entropy-control"], [])
     assert why and "not registered" in why[0]

@@ -195,14 +195,16 @@ WORLDS: dict[str, World] = {w.name: w for w in (
     World("rare-way",
           "exploration must pay: levels 2 and 3, half of it code, concise responses, one stage "
           "of 48 tokens; a code problem has two ways, the units scratchpad and copying the "
-          "prompt's expression, and the warm start trains on the copy 1 time in 25. At 48 "
+          "prompt's expression, and the warm start (run to a probe loss of 0.04) trains on the "
+          "copy 1 time in 9, after which its policy takes the copying way on 1.1-1.5% of its "
+          "code samples, most of them with wrong digits (warm starts of seeds 0 and 1). At 48 "
           "tokens the scratchpad fits every level-2 problem and no level-3 code problem "
           "(50-59 tokens against copy's 35), so a quarter of the problems are solved only by "
           "a way the warm-started policy rarely takes; held-out avg@8 and pass@8 at 48 tokens",
           ("--train", "6000", "--eval", "200", "--levels", "2,3", "--code-share", "0.5",
            "--verbose-share", "0", "--seed", "0", "--ways", "units,copy",
-           "--way-weights", "units=24,copy=1"),
-          ("warm_start.response_template={references}",
+           "--way-weights", "units=8,copy=1"),
+          ("warm_start.response_template={references}", "warm_start.target_loss=0.04",
            "magic.stages=[{name: short, max_response_length: 48}]", "eval.max_tokens=48",
            "eval.n_samples=8", "log.samples_every=5", "log.samples_prompts=16")),
 )}
@@ -315,7 +317,7 @@ OFF_POLICY_4 = {"magic.mini_batch_size": "4"}
 
 
 _RARE_WAY_NOTE = ("World: rare-way (WORLDS): the warm-started policy takes the copying way on "
-                  "a few percent of code samples, and at 48 tokens only that way solves the "
+                  "about 1% of code samples, and at 48 tokens only that way solves the "
                   "level-3 code problems, so a policy that collapses before it finds the way "
                   "keeps failing them. Which way the samples took, per 20 steps: "
                   "scripts/entropy_world.py --ways-of DIR/NAME/runs (every prompt's samples "
