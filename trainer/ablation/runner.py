@@ -596,10 +596,12 @@ def error_tail(log_file: Path, lines: int = 3) -> str:
 
 def write_outputs(driver: Driver, summary: dict[str, Any], outcomes: Sequence[RunOutcome]) -> None:
     root = driver.root
-    done = [o for o in outcomes if o.status in DONE]
-    plots = write_plots(root, summary, outcomes) if done else []
-    for stale in ([] if done else [root / name for *_, name, _ in PLOTS]):
-        stale.unlink(missing_ok=True)
+    if any(o.status in DONE for o in outcomes):
+        plots = write_plots(root, summary, outcomes)
+    else:  # no arm ran (no dose qualified): no empty figures, and none left from a rerun
+        plots = []
+        for *_, name, _ in PLOTS:
+            (root / name).unlink(missing_ok=True)
     seconds = sum(o.seconds for o in outcomes)
     setup = {
         "command": f"trainer ablate {driver.ablation.name} --profile {driver.profile.name} "
