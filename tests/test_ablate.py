@@ -372,6 +372,76 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_resumes_the_interrupted_run(tiny_ablat
     assert summary["variants"]["t1.0"]["mean"]["steps"] == 12
 
 
+def _numbers(run: Path) -> list[dict]:
+    """A run's metrics rows without the wall-clock keys."""
+    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in ab._rows(run)]
+
+
+@pytest.mark.slow
+def test_jobs_2_gives_each_run_the_numbers_it_has_alone(tiny_ablation, tmp_path) -> None:
+    """--jobs 2 makes two runs at a time, each its own one-thread process: every run's
+    numbers are the ones the same run has when made alone (the module's --jobs 1 runs)."""
+    out, _ = tiny_ablation
+    cmd = [sys.executable, "-m", "trainer.cli", "ablate", "off-policy", "--seeds", "1",
+           "--variants", "on-policy,nsgd2-reuse", "--out", str(tmp_path), "--world", "demo",
+           "--jobs", "2"]
+    for x in TINY:
+        cmd += ["--set", x]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for run in ("on-policy-s0", "nsgd2-reuse-s0"):
+        alone = _numbers(out / "off-policy" / "runs" / run)
+        assert len(alone) >= 2 and _numbers(tmp_path / "off-policy" / "runs" / run) == alone
+
+
+@pytest.mark.slow
+def test_ctrl_c_with_jobs_2_stops_both_running_runs_and_a_rerun_resumes_both(tmp_path) -> None:
+    """With two runs at a time, one Ctrl-C reaches both children: each finishes its step and
+    writes a checkpoint, the command exits 130, and the same command continues both."""
+    import os
+    import signal
+    import time
+
+    cmd = [sys.executable, "-m", "trainer.cli", "ablate", "off-policy", "--seeds", "1",
+           "--variants", "on-policy,nsgd2-reuse", "--out", str(tmp_path), "--world", "demo",
+           "--jobs", "2"]
+    for x in [*TINY, "total_steps=12", "eval.every_steps=0"]:
+        cmd += ["--set", x]
+    runs = [tmp_path / "off-policy" / "runs" / f"{v}-s0" for v in ("on-policy", "nsgd2-reuse")]
+    # SIGINT at its default: a suite started in the background inherits it ignored.
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline and proc.poll() is None and not all(
+            (run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().strip()
+            for run in runs):
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()  # both runs under way at once
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-3000:]
+    assert "the 2 running variants finish their step" in err
+    for run in runs:
+        steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+        assert 1 <= steps[-1] < 12
+        assert (run / "checkpoints" / "latest").read_text().strip() == f"step_{steps[-1]:06d}"
+    assert not (tmp_path / "off-policy" / "summary.json").exists()
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for run in runs:
+        steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+        assert steps == list(range(1, 13))  # continued, not restarted
+    summary = json.loads((tmp_path / "off-policy" / "summary.json").read_text())
+    assert [summary["variants"][v]["mean"]["steps"] for v in ("on-policy", "nsgd2-reuse")] \
+        == [12, 12]
+
+
+def test_jobs_below_1_is_refused() -> None:
+    with pytest.raises(ValueError, match="--jobs must be >= 1, got 0"):
+        ab.Driver(ab.AblateOptions("off-policy", jobs=0))
+
+
 @pytest.mark.slow
 def test_a_variant_equal_to_another_ablations_finished_run_reuses_it(tiny_ablation) -> None:
     """adv-mask's none with the entropy bonus off is off-policy's on-policy run (mask_mode

@@ -25,10 +25,13 @@ ablations share a baseline: ``kl``'s beta0, ``group-size``'s g8, ``batch-size``'
 when it would be confirmatory for this ablation too (made at or after its pre-registration
 commit); one that would not is run again. Worlds: each ablation names the data it trains on
 (trainer/ablation/designs.py WORLDS; ``--world`` picks another on an exploratory profile); a
-world's data lives in DIR/data-WORLD, the demo's in DIR/data. Ctrl-C is forwarded
-once to the running child (its own session, so a terminal's Ctrl-C reaches only this driver):
-the child finishes its step and writes a checkpoint; a second Ctrl-C kills it. SIGTERM is
-handled as a Ctrl-C.
+world's data lives in DIR/data-WORLD, the demo's in DIR/data. ``--jobs N`` makes the warm
+starts, then the runs, N at a time (the dose-finding runs stay one at a time: each rung waits
+for the one below); a run's result does not depend on N beyond the CPU's own rounding, its
+seconds do (runs sharing the cores each take longer). Ctrl-C is forwarded once to every
+running child (each in its own session, so a terminal's Ctrl-C reaches only this driver): each
+finishes its step and writes a checkpoint, no further run starts; a second Ctrl-C kills them.
+SIGTERM is handled as a Ctrl-C.
 """
 
 from __future__ import annotations
@@ -42,8 +45,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,6 +101,8 @@ class AblateOptions:
     """``key=value`` overrides for every run, after the profile's (``--set``)."""
     world: str | None = None
     """Run in this world (trainer/ablation/designs.py WORLDS; default: the ablation's own)."""
+    jobs: int = 1
+    """Runs (and warm starts) at a time, each a child process (``--jobs``)."""
 
 
 @dataclass
@@ -187,6 +194,13 @@ class Driver:
                                     else self.profile.seeds))
         if not self.seeds:
             raise ValueError("--seeds must be >= 1")
+        if opts.jobs < 1:
+            raise ValueError(f"--jobs must be >= 1, got {opts.jobs}")
+        self.jobs = opts.jobs
+        self._children: set[subprocess.Popen] = set()
+        self._children_lock = threading.Lock()
+        self._stopping = False
+        """Set on Ctrl-C: no further child starts (runs queued behind --jobs are dropped)."""
         variants = self.ablation.variants_for(opts.profile)
         if opts.variants:
             known = {v.name: v for v in self.ablation.variants}
@@ -359,6 +373,10 @@ class Driver:
         return not why
 
     def _child(self, overrides: list[str], log_file: Path, resume: Path | None) -> int:
+        """One ``trainer run`` child, waited for; called from the main thread or from a
+        ``--jobs`` worker thread. A KeyboardInterrupt reaches the main thread only (Python
+        runs signal handlers there): the main thread then stops every live child
+        (:meth:`_stop_children`), whichever thread started it."""
         cmd = [sys.executable, "-m", "trainer.cli", "run"]
         cmd += ["--resume", str(resume)] if resume is not None else ["--config", str(BASE_CONFIG),
                                                                     *overrides]
@@ -366,21 +384,64 @@ class Driver:
         with log_file.open("a") as f:
             f.write(f"$ {' '.join(cmd)}\n")
             f.flush()
-            # Own session: a terminal's Ctrl-C reaches only this driver, which forwards it once.
-            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            with self._children_lock:  # no child may start once a Ctrl-C stopped the others
+                if self._stopping:
+                    raise KeyboardInterrupt
+                # Own session: a terminal's Ctrl-C reaches only this driver, which forwards it.
+                proc = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+                self._children.add(proc)
             try:
                 return _wait(proc)
             except KeyboardInterrupt:
-                proc.send_signal(signal.SIGINT)
-                print("\nCtrl-C: the running variant finishes its step and writes a "
-                      "checkpoint (Ctrl-C again to kill it)", file=sys.stderr, flush=True)
-                try:
-                    _wait(proc)
-                except KeyboardInterrupt:
+                self._stop_children()
+                raise
+            finally:
+                with self._children_lock:
+                    self._children.discard(proc)
+
+    def _stop_children(self) -> None:
+        """On the main thread after a Ctrl-C (or SIGTERM): SIGINT once to every live child,
+        so each finishes its step and writes a checkpoint, and wait for them; a second Ctrl-C
+        kills them. No child starts afterwards."""
+        with self._children_lock:
+            self._stopping = True
+            live = list(self._children)
+        for proc in live:
+            proc.send_signal(signal.SIGINT)
+        print("\nCtrl-C: " + ("the running variant finishes its step and writes a checkpoint"
+                             if len(live) <= 1 else f"the {len(live)} running variants finish "
+                             "their step and write a checkpoint") + " (Ctrl-C again to kill)",
+              file=sys.stderr, flush=True)
+        try:
+            for proc in live:
+                _wait(proc)
+        except KeyboardInterrupt:
+            for proc in live:
+                if proc.poll() is None:
                     proc.kill()
                     proc.wait()
-                raise
+
+    def _each(self, items: Sequence[Any], work: Callable[[Any], Any]) -> list[Any]:
+        """``work(item)`` for every item, ``self.jobs`` at a time on worker threads (each
+        waits on its own child process; the work is the children's, so threads suffice);
+        results in the items' order. The main thread waits in short slices so that a Ctrl-C
+        reaches it: it stops every child, drops the queued items and re-raises. A worker's
+        exception is raised here after the others finished."""
+        if self.jobs == 1:  # in the main thread: the order and output of a plain run
+            return [work(item) for item in items]
+        pool = futures.ThreadPoolExecutor(max_workers=self.jobs,
+                                          thread_name_prefix=f"ablate-{self.ablation.name}")
+        try:
+            pending = [pool.submit(work, item) for item in items]
+            while not all(f.done() for f in pending):
+                futures.wait(pending, timeout=0.2, return_when=futures.FIRST_COMPLETED)
+            return [f.result() for f in pending]
+        except KeyboardInterrupt:
+            self._stop_children()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def run(self) -> tuple[dict[str, Any], list[RunOutcome]]:
         """Every variant x seed; returns (summary, outcomes). KeyboardInterrupt propagates
@@ -407,22 +468,27 @@ class Driver:
                     self.dose_overrides[name] = {dose_plan.knob: dose["chosen"]}
         models: dict[int, Path] = {}
         if self.variants and self.profile.warm_start_per_seed:
-            models = {seed: self.warm_start(seed) for seed in self.seeds}
+            models = dict(zip(self.seeds, self._each(self.seeds, self.warm_start)))
         elif self.variants:
             models = dict.fromkeys(self.seeds, self.warm_start(0))
-        outcomes: list[RunOutcome] = []
-        for variant in self.variants:
-            for seed in self.seeds:
-                print(f"[{self.ablation.name}] {variant.name} seed {seed} ...", flush=True)
-                o = self.run_one(variant, seed, models[seed])
-                outcomes.append(o)
-                how = {"skipped": "already finished, not run again",
-                       "reused": f"reused {o.reused_from} (the same resolved config)",
-                       "finished": f"finished in {o.seconds:.0f} s",
-                       "interrupted": "interrupted", "failed": f"FAILED: {o.error}"}[o.status]
-                print(f"[{self.ablation.name}] {variant.name} seed {seed}: {how}", flush=True)
-                if o.status == "interrupted":
-                    raise KeyboardInterrupt
+
+        def one(item: tuple[Variant, int]) -> RunOutcome:
+            variant, seed = item
+            print(f"[{self.ablation.name}] {variant.name} seed {seed} ...", flush=True)
+            o = self.run_one(variant, seed, models[seed])
+            how = {"skipped": "already finished, not run again",
+                   "reused": f"reused {o.reused_from} (the same resolved config)",
+                   "finished": f"finished in {o.seconds:.0f} s",
+                   "interrupted": "interrupted", "failed": f"FAILED: {o.error}"}[o.status]
+            print(f"[{self.ablation.name}] {variant.name} seed {seed}: {how}", flush=True)
+            if o.status == "interrupted":  # its child was stopped: so is the ablation
+                with self._children_lock:
+                    self._stopping = True
+                raise KeyboardInterrupt
+            return o
+
+        outcomes: list[RunOutcome] = self._each(
+            [(variant, seed) for variant in self.variants for seed in self.seeds], one)
         summary = build_summary(self.ablation, self.variants, outcomes, self.quadruples(),
                                 base=self.out, undecidable=undecidable,
                                 dose_overrides=self.dose_overrides)
