@@ -332,6 +332,33 @@ def test_on_policy_steps_skip_the_old_logprob_forward(data, policy, tmp_path, mi
         assert metrics["losses/ratio_mean"] == 1.0 and metrics["losses/clipfrac"] == 0.0
 
 
+@pytest.mark.slow
+def test_judging_a_repeated_response_once_changes_no_number(data, policy, tmp_path) -> None:
+    """verifier.dedupe (the default) sends each distinct response of a step once: the run's
+    numbers are the ones a run that judges every sample gets; only rollout/judged (and time)
+    differ."""
+    rows = {}
+    for dedupe in (True, False):
+        r = run_cli(["--config", str(ROOT / "trainer" / "configs" / "demo.yaml"),
+                     *overrides(data, tmp_path, policy, name=f"d{dedupe}",
+                                verifier__dedupe=dedupe, checkpoint_every=0)])
+        assert r.returncode == 0, r.stderr[-3000:]
+        rows[dedupe] = [json.loads(x) for x in
+                        (tmp_path / f"d{dedupe}" / "metrics.jsonl").read_text().splitlines()]
+    steps = {d: [row for row in rs if "rollout/responses" in row] for d, rs in rows.items()}
+    assert len(steps[True]) == 3
+    assert all(row["rollout/judged"] == row["rollout/responses"] for row in steps[False])
+    assert all(row["rollout/judged"] <= row["rollout/responses"] for row in steps[True])
+    assert sum(row["rollout/judged"] for row in steps[True]) < \
+        sum(row["rollout/responses"] for row in steps[True])  # this policy repeats itself
+
+    def numbers(rs: list[dict]) -> list[dict]:
+        return [{k: v for k, v in row.items() if not k.startswith("time/")
+                 and k != "rollout/judged"} for row in rs]
+
+    assert numbers(rows[True]) == numbers(rows[False])
+
+
 def test_the_update_works_on_the_rollout_temperature(data, policy, tmp_path) -> None:
     """docs/magic.md "Temperature": a step that sampled at tau hands tau to the old log-probs'
     forward and to the update (tests/test_backends.py checks what the backend does with it)."""

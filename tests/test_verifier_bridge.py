@@ -57,6 +57,31 @@ def test_results_of_several_submits_come_back_keyed_by_id(rclient) -> None:
     assert waited >= 0.0
 
 
+def test_a_repeated_response_is_judged_once_and_its_copies_get_its_verdict(rclient,
+                                                                           server) -> None:
+    """verifier.dedupe: items equal but for their id (across submits too) go to the verifier
+    once; every id gets a Result under its own id, the verdict of the one judged. An item
+    that differs in anything but the id (here the gold) is judged on its own."""
+    stream = rclient.stream()
+    stream.submit(items("a", 5))  # responses 0, 1, 2, 0, 1
+    stream.submit(items("b", 3) + [math_item("c", "so $\\boxed{1}$", "2")])
+    results, _ = stream.wait(timeout_s=60)
+    assert stream.judged == 4  # 0, 1 and 2 against gold 1; 1 against gold 2
+    assert sorted(results) == sorted([f"a{i}" for i in range(5)] + ["b0", "b1", "b2", "c"])
+    assert all(r.id == i for i, r in results.items())
+    assert [results[f"a{i}"].reward for i in range(5)] == [0.0, 1.0, 0.0, 0.0, 1.0]
+    assert results["b1"].reward == 1.0 and results["c"].reward == 0.0
+    assert results["a4"].detail == results["a1"].detail
+    assert stream.arrived_at["b1"] == stream.arrived_at["a1"]
+    with RewardClient(server[1], dedupe=False) as plain:
+        each = plain.stream()
+        each.submit(items("a", 5))
+        got, _ = each.wait(timeout_s=60)
+        assert each.judged == 5
+        assert {i: r.reward for i, r in got.items()} == \
+            {f"a{i}": results[f"a{i}"].reward for i in range(5)}
+
+
 def test_two_open_streams_get_their_own_results(rclient) -> None:
     first, second = rclient.stream(), rclient.stream()
     first.submit(items("x", 3))
@@ -195,7 +220,9 @@ def test_a_frozen_client_process_fails_submit_at_the_send_deadline(server, monke
         stream = client.stream()
         frozen = client._proc
         os.kill(frozen.pid, signal.SIGSTOP)  # alive, reading nothing
-        big = [math_item(f"big{i}", "x" * 100_000 + "\\boxed{1}", "1") for i in range(200)]
+        # Distinct responses: a repeated one would not be sent again (verifier.dedupe).
+        big = [math_item(f"big{i}", f"{i} " + "x" * 100_000 + "\\boxed{1}", "1")
+               for i in range(200)]
         t0 = time.monotonic()
         with pytest.raises(RewardError, match="took no input for 1 s"):
             for i in range(0, len(big), 10):

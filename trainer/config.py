@@ -63,6 +63,13 @@ class VerifierSettings:
     stream: bool = True
     """Send each finished generation chunk to the verifier at once (overlap, the default);
     False waits for the whole batch first (for comparison: benchmarks/bench_trainer.py)."""
+    dedupe: bool = True
+    """Judge a response once per step (and per evaluation pass) however many samples repeat
+    it: a sample equal to an earlier one (the same problem, response and profile) gets a copy
+    of its verdict. At low entropy most of a group's samples are the same text, and each code
+    sample costs a sandbox run. The same rewards for any deterministic program; a program whose
+    verdict varies from run to run (randomness, timing) gets one draw for all its copies.
+    False: every sample judged on its own."""
     client: dict[str, Any] = field(default_factory=dict)
     """Extra verifier.client.ClientConfig fields for reaching a secured fleet, e.g.
     ``{tls: true, tls_ca: ca.pem}`` or ``{token_file: /secrets/token}`` (a token in the

@@ -167,7 +167,7 @@ class Trainer:
     def _connect_verifier(self) -> None:
         v = self.cfg.verifier
         self._verifier = verifier_connection(v.addr, v.workers, v.connect_timeout_s,
-                                             self.cfg.verifier_client_config())
+                                             self.cfg.verifier_client_config(), v.dedupe)
         try:  # RewardError when the verifier does not answer: before any model is loaded
             self.client = self._verifier.__enter__()
         except RewardError:
@@ -320,7 +320,7 @@ class Trainer:
             write_samples(self.run_dir, step, sample_rows(step, problems, completions, results,
                                                           ids, cfg.log.samples_prompts))
         return _Rollout(problems, completions, ids, [results[i] for i in ids], t_generate,
-                        t_verify_wait)
+                        t_verify_wait, rewards_stream.judged)
 
     def _advantages(self, rollout: "_Rollout") -> "_Scored":
         """Phase 2: verdicts to rewards, the online filter (and unjudged groups dropped when
@@ -347,14 +347,16 @@ class Trainer:
                               for c in rollout.completions],
                              [len(c.token_ids) for c in rollout.completions],
                              scored.rewards.tolist(), scored.truncated.tolist(),
-                             scored.keep.tolist(), (~scored.judged).tolist(), no_answer))
-        g_src, g_len, g_rew, g_trunc, g_keep, g_unj, g_none = (sum((x[i] for x in stats), [])
-                                                               for i in range(7))
+                             scored.keep.tolist(), (~scored.judged).tolist(), no_answer,
+                              [rollout.judged]))
+        g_src, g_len, g_rew, g_trunc, g_keep, g_unj, g_none, g_sent = (
+            sum((x[i] for x in stats), []) for i in range(8))
         metrics = _reward_metrics(g_src, g_len, torch.tensor(g_rew), torch.tensor(g_trunc), G)
         metrics[mn.REWARD_NO_ANSWER_FRAC] = sum(g_none) / len(g_none)
         metrics[mn.FILTERED_FRAC] = 1.0 - sum(g_keep) / len(g_keep)
         metrics[mn.REWARD_UNJUDGED] = int(sum(g_unj))
-        metrics[mn.ROLLOUT_RESPONSES] = len(g_len)  # every rank's, each judged once
+        metrics[mn.ROLLOUT_RESPONSES] = len(g_len)  # every rank's
+        metrics[mn.ROLLOUT_JUDGED] = sum(g_sent)  # every rank's stream's distinct ones
         metrics[mn.UPDATE_SKIPPED] = int(sum(g_keep) == 0)  # the same answer on every rank
         return metrics
 
@@ -625,6 +627,7 @@ class _Rollout:
     results: list[Any]  # [N] verifier Results, aligned with completions
     t_generate: float
     t_verify_wait: float
+    judged: int  # items the verifier judged (verifier.dedupe: the others copy one of them)
 
 
 @dataclass

@@ -29,6 +29,7 @@ RESPONSE_LENGTH_MAX = "response_length/max"
 TRUNCATED_FRAC = "truncated/frac"
 FILTERED_FRAC = "filtered/frac"
 ROLLOUT_RESPONSES = "rollout/responses"
+ROLLOUT_JUDGED = "rollout/judged"
 UPDATE_SKIPPED = "update/skipped"
 
 # -- the update (trainer/magic/rules.py, trainer/backends/common.py) ------------------------------------
@@ -106,6 +107,7 @@ METRICS: dict[str, str] = {
     TRUNCATED_FRAC: "share of responses cut at the stage's limit",
     FILTERED_FRAC: "share of responses dropped by the online filter (and unjudged groups)",
     ROLLOUT_RESPONSES: "responses in the rollout batch (every rank's)",
+    ROLLOUT_JUDGED: "responses the verifier judged (every rank's; with verifier.dedupe the others copy an identical one's verdict)",
     UPDATE_SKIPPED: "1 when every group was filtered out and no update ran",
     LOSS_POLICY: "PPO clipped surrogate, token mean",
     LOSS_CLIPFRAC: "share of tokens whose ratio was clipped",

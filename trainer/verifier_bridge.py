@@ -33,7 +33,9 @@ clock is system-wide, so they compare with the parent's (``RewardStream.arrived_
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 import logging
 import os
 import pickle
@@ -98,10 +100,13 @@ class RewardClient:
     ``config`` is a ``verifier.client.ClientConfig`` (TLS, token, retries; None: defaults).
     Raises RewardError when the verifier does not answer health checks within
     ``connect_timeout_s``. A child that dies or misses a deadline is replaced at the next
-    ``RewardStream``; the streams it served fail loudly."""
+    ``RewardStream``; the streams it served fail loudly. ``dedupe``: each stream judges a
+    response identical to an earlier one of the same stream once (:class:`RewardStream`)."""
 
-    def __init__(self, address: str, config: Any = None, connect_timeout_s: float = 30.0):
+    def __init__(self, address: str, config: Any = None, connect_timeout_s: float = 30.0,
+                 dedupe: bool = True):
         self.address = address
+        self.dedupe = dedupe
         self.config = config if config is not None else ClientConfig()
         self.connect_timeout_s = connect_timeout_s
         self._lock = threading.Lock()  # one message at a time on the socket
@@ -259,23 +264,53 @@ class RewardClient:
         self.close()
 
 
+def _item_key(item: dict[str, Any]) -> str:
+    """What a verdict depends on: the whole item but its id (problem, response, ground truth,
+    data source, profile)."""
+    return json.dumps({k: v for k, v in item.items() if k != "id"}, sort_keys=True, default=str)
+
+
 class RewardStream:
     """One stream of items to the verifier; results keyed by item id (see the module
-    docstring). Item ids must be unique within the stream."""
+    docstring). Item ids must be unique within the stream.
+
+    With the client's ``dedupe`` (the default), an item equal to one submitted earlier on the
+    same stream but for its id is not sent: ``wait`` gives it a copy of that item's Result
+    under its own id. A group of samples at low entropy repeats itself (in the rare-way world,
+    2 to 4 of every 10 code samples are distinct once a run has settled), and each code sample
+    costs a sandbox run. The verdict of a program that behaves differently from run to run
+    (randomness, timing) is then one draw shared by its copies, not one draw each."""
 
     def __init__(self, client: RewardClient):
         self._client = client
         self._sid, self._generation = client._begin()
         self._submitted = 0
         self._ended = False
+        self._dedupe = client.dedupe
+        self._first: dict[str, str] = {}  # item key -> the id of the item sent for it
+        self._copies: dict[str, str] = {}  # id of an item not sent -> the id sent for it
         self.arrived_at: dict[str, float] = {}
         """After ``wait``: when each result reached the client (``time.monotonic()``)."""
+
+    @property
+    def judged(self) -> int:
+        """Items sent to the verifier so far (the others are copies of one of them)."""
+        return self._submitted
 
     def submit(self, items: list[dict[str, Any]]) -> None:
         """Send items (one pickle per call; blocks only while the socket buffer is full, which
         the child drains continuously). Raises RewardError if the client process died."""
         if self._ended:
             raise RuntimeError("submit() after wait()/abort() on this RewardStream")
+        if self._dedupe:
+            fresh = []
+            for item in items:
+                first = self._first.setdefault(_item_key(item), item["id"])
+                if first == item["id"]:
+                    fresh.append(item)
+                else:
+                    self._copies[item["id"]] = first
+            items = fresh
         if items:
             self._client._send(("items", self._sid, list(items)), self._generation)
             self._submitted += len(items)
@@ -297,6 +332,9 @@ class RewardStream:
         if len(results) != self._submitted:
             raise RewardError(f"{self._submitted - len(results)} of {self._submitted} "
                               "items got no result")
+        for copy, first in self._copies.items():
+            results[copy] = dataclasses.replace(results[first], id=copy)
+            self.arrived_at[copy] = self.arrived_at[first]
         return results, waited
 
     def abort(self) -> None:
@@ -326,8 +364,9 @@ class verifier_connection:  # noqa: N801 - a context manager used like a functio
     an evaluation, a single long stream with a day's deadline)."""
 
     def __init__(self, addr: str | None, workers: int = 2, connect_timeout_s: float = 60.0,
-                 config: ClientConfig | None = None):
+                 config: ClientConfig | None = None, dedupe: bool = True):
         self.addr, self.workers, self.connect_timeout_s = addr, workers, connect_timeout_s
+        self.dedupe = dedupe
         # An evaluation is one long stream: allow far more than the library default.
         self.config = config if config is not None else ClientConfig(timeout_s=24 * 3600.0)
         self.local: LocalVerifier | None = None
@@ -342,7 +381,8 @@ class verifier_connection:  # noqa: N801 - a context manager used like a functio
                 log.warning("the local verifier's sandbox is unavailable; code items will get "
                             "SANDBOX_ERROR: %s", self.local.sandbox_problem)
         try:
-            self.client = RewardClient(addr, self.config, connect_timeout_s=self.connect_timeout_s)
+            self.client = RewardClient(addr, self.config, connect_timeout_s=self.connect_timeout_s,
+                                       dedupe=self.dedupe)
         except RewardError:
             self.__exit__(None, None, None)
             raise
