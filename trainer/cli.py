@@ -138,7 +138,7 @@ class AblateArgs:
     world: Literal["demo", "ways", "rare-way"] | None = None
     """The data the runs train on (default: the ablation's own world; --list names it): demo, the demo's toy world; ways, four equally good ways to an answer (docs/entropy-world); rare-way, a way the warm start rarely takes that alone fits the length limit for a quarter of the problems (trainer/ablation/designs.py WORLDS). Runs of one ablation in two worlds need two --out directories (a run directory made with another config is an error)."""
     jobs: int = 1
-    """Runs at a time, each its own `trainer run` process (the warm starts too; the dose-finding runs stay one at a time). Each run uses one CPU thread (engine and trainer), so on 2 cores --jobs 2 finishes sooner (benchmarks/bench_ablate_jobs.py measures by how much); each run's own seconds grow. A run's numbers do not depend on it (a test compares them)."""
+    """Runs at a time, each its own `trainer run` process (the warm starts too; the dose-finding runs stay one at a time). Each run uses one CPU thread (engine and trainer), so on 2 cores --jobs 2 finishes sooner (1.67x as fast for 4 short demo runs: benchmarks/bench_ablate_jobs.py); each run's own seconds grow. A run's numbers do not depend on it (a test compares them)."""
 
 
 def knobs_text() -> str:
