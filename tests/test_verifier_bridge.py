@@ -73,6 +73,13 @@ def test_a_repeated_response_is_judged_once_and_its_copies_get_its_verdict(rclie
     assert results["b1"].reward == 1.0 and results["c"].reward == 0.0
     assert results["a4"].detail == results["a1"].detail
     assert stream.arrived_at["b1"] == stream.arrived_at["a1"]
+    other = rclient.stream()  # equal ground truths held by two objects (two Problems)
+    literal, gold = "12", "".join(["1", "2"])
+    assert gold == literal and gold is not literal  # equal, not the same object
+    other.submit([math_item("p", "so $\\boxed{12}$", literal),
+                  math_item("q", "so $\\boxed{12}$", gold)])
+    got, _ = other.wait(timeout_s=60)
+    assert other.judged == 1 and got["q"].reward == got["p"].reward == 1.0
     with RewardClient(server[1], dedupe=False) as plain:
         each = plain.stream()
         each.submit(items("a", 5))

@@ -34,6 +34,7 @@ clock is system-wide, so they compare with the parent's (``RewardStream.arrived_
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import json
 import logging
@@ -264,10 +265,8 @@ class RewardClient:
         self.close()
 
 
-def _item_key(item: dict[str, Any]) -> str:
-    """What a verdict depends on: the whole item but its id (problem, response, ground truth,
-    data source, profile)."""
-    return json.dumps({k: v for k, v in item.items() if k != "id"}, sort_keys=True, default=str)
+def _digest(obj: Any) -> bytes:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).digest()
 
 
 class RewardStream:
@@ -287,10 +286,25 @@ class RewardStream:
         self._submitted = 0
         self._ended = False
         self._dedupe = client.dedupe
-        self._first: dict[str, str] = {}  # item key -> the id of the item sent for it
+        self._first: dict[bytes, str] = {}  # item key -> the id of the item sent for it
+        self._truths: dict[int, tuple[Any, bytes]] = {}
+        """id(ground truth) -> (that object, its digest): a problem's samples share one ground
+        truth object, which may be large (a LiveCodeBench problem's tests), so each is
+        serialized once per stream; holding the object keeps its id from being reused."""
         self._copies: dict[str, str] = {}  # id of an item not sent -> the id sent for it
         self.arrived_at: dict[str, float] = {}
         """After ``wait``: when each result reached the client (``time.monotonic()``)."""
+
+    def _key(self, item: dict[str, Any]) -> bytes:
+        """What a verdict depends on: the whole item but its id (problem, response, ground
+        truth, data source, profile), as a digest."""
+        truth = item.get("ground_truth")
+        held = self._truths.get(id(truth))
+        if held is None or held[0] is not truth:
+            held = (truth, _digest(truth))
+            self._truths[id(truth)] = held
+        rest = {k: v for k, v in item.items() if k not in ("id", "ground_truth")}
+        return _digest(rest) + held[1]
 
     @property
     def judged(self) -> int:
@@ -305,7 +319,7 @@ class RewardStream:
         if self._dedupe:
             fresh = []
             for item in items:
-                first = self._first.setdefault(_item_key(item), item["id"])
+                first = self._first.setdefault(self._key(item), item["id"])
                 if first == item["id"]:
                     fresh.append(item)
                 else:
