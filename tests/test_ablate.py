@@ -437,6 +437,19 @@ def test_ctrl_c_with_jobs_2_stops_both_running_runs_and_a_rerun_resumes_both(tmp
         == [12, 12]
 
 
+def test_jobs_2_waits_without_spinning() -> None:
+    """The driver's main thread waits on its workers in slices: while one item is still under
+    way after another finished it must sleep, not spin (a spinning driver took half a core
+    from the runs it drives)."""
+    import time
+
+    driver = ab.Driver(ab.AblateOptions("off-policy", jobs=2))
+    t0, cpu0 = time.monotonic(), time.process_time()
+    assert driver._each([0.0, 1.5], lambda s: time.sleep(s) or s) == [0.0, 1.5]
+    assert time.monotonic() - t0 >= 1.5
+    assert time.process_time() - cpu0 < 0.5  # spinning costs about the whole 1.5 s
+
+
 def test_jobs_below_1_is_refused() -> None:
     with pytest.raises(ValueError, match="--jobs must be >= 1, got 0"):
         ab.Driver(ab.AblateOptions("off-policy", jobs=0))

@@ -434,8 +434,10 @@ class Driver:
                                           thread_name_prefix=f"ablate-{self.ablation.name}")
         try:
             pending = [pool.submit(work, item) for item in items]
-            while not all(f.done() for f in pending):
-                futures.wait(pending, timeout=0.2, return_when=futures.FIRST_COMPLETED)
+            # Only the unfinished ones: FIRST_COMPLETED returns at once while any is done,
+            # which would spin this thread once the first item has finished.
+            while running := [f for f in pending if not f.done()]:
+                futures.wait(running, timeout=0.2, return_when=futures.FIRST_COMPLETED)
             return [f.result() for f in pending]
         except KeyboardInterrupt:
             self._stop_children()
