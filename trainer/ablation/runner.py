@@ -201,6 +201,8 @@ class Driver:
         self._children_lock = threading.Lock()
         self._stopping = False
         """Set on Ctrl-C: no further child starts (runs queued behind --jobs are dropped)."""
+        self._on_interrupted: Callable[[], None] | None = None
+        """With --jobs > 1, while workers run: stops the main thread's wait (_each)."""
         variants = self.ablation.variants_for(opts.profile)
         if opts.variants:
             known = {v.name: v for v in self.ablation.variants}
@@ -425,23 +427,35 @@ class Driver:
     def _each(self, items: Sequence[Any], work: Callable[[Any], Any]) -> list[Any]:
         """``work(item)`` for every item, ``self.jobs`` at a time on worker threads (each
         waits on its own child process; the work is the children's, so threads suffice);
-        results in the items' order. The main thread waits in short slices so that a Ctrl-C
-        reaches it: it stops every child, drops the queued items and re-raises. A worker's
-        exception is raised here after the others finished."""
+        results in the items' order. A Ctrl-C or SIGTERM stops every child, drops the queued
+        items and raises KeyboardInterrupt here. A worker's exception is raised here after the
+        others finished."""
         if self.jobs == 1:  # in the main thread: the order and output of a plain run
             return [work(item) for item in items]
+        # While workers run, a signal only sets a flag that this loop reads: an exception
+        # raised by a handler in the middle of futures.wait() can leave a future's lock held,
+        # and the worker that then sets that future's result waits on it for ever.
+        stop = threading.Event()
+        handlers = {s: signal.signal(s, lambda signum, frame: stop.set())
+                    for s in (signal.SIGINT, signal.SIGTERM)}
         pool = futures.ThreadPoolExecutor(max_workers=self.jobs,
                                           thread_name_prefix=f"ablate-{self.ablation.name}")
+        self._on_interrupted = stop.set  # a worker whose run was stopped stops the rest
         try:
             pending = [pool.submit(work, item) for item in items]
             # Only the unfinished ones: FIRST_COMPLETED returns at once while any is done,
             # which would spin this thread once the first item has finished.
-            while running := [f for f in pending if not f.done()]:
+            while (running := [f for f in pending if not f.done()]) and not stop.is_set():
                 futures.wait(running, timeout=0.2, return_when=futures.FIRST_COMPLETED)
+        finally:
+            for s, h in handlers.items():  # a second Ctrl-C is a KeyboardInterrupt again
+                signal.signal(s, h)
+            self._on_interrupted = None
+        try:
+            if stop.is_set():
+                self._stop_children()
+                raise KeyboardInterrupt
             return [f.result() for f in pending]
-        except KeyboardInterrupt:
-            self._stop_children()
-            raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
@@ -476,6 +490,8 @@ class Driver:
 
         def one(item: tuple[Variant, int]) -> RunOutcome:
             variant, seed = item
+            if self._stopping:  # queued behind --jobs when a Ctrl-C came: never started
+                raise KeyboardInterrupt
             print(f"[{self.ablation.name}] {variant.name} seed {seed} ...", flush=True)
             o = self.run_one(variant, seed, models[seed])
             how = {"skipped": "already finished, not run again",
@@ -486,6 +502,8 @@ class Driver:
             if o.status == "interrupted":  # its child was stopped: so is the ablation
                 with self._children_lock:
                     self._stopping = True
+                if self._on_interrupted is not None:
+                    self._on_interrupted()
                 raise KeyboardInterrupt
             return o
 
