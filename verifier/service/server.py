@@ -281,6 +281,19 @@ def serve(config: ServeConfig) -> None:
     # 1,024 is far below what the kernel allows (verifier/service/descriptors.py). Before
     # create_server: the HTTP gateway sizes its connection cap from the limit in force.
     nofile = raise_nofile_limit()
+    stop = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+        stop.set()
+
+    # Signal handlers run on the main thread; the drain itself happens below, not in the handler.
+    # Installed before the server starts and logs "verifier listening": a caller may send
+    # SIGTERM as soon as it reads that line, and one that came before the handler killed the
+    # process undrained (exit -15, seen under load in tests/test_http_gateway.py).
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     host = f"[{config.host}]" if ":" in config.host else config.host
     server, port = create_server(f"{host}:{config.port}", config)
     log.info("verifier listening", extra={
@@ -296,16 +309,6 @@ def serve(config: ServeConfig) -> None:
             "http_max_connections_per_peer": server.http_gateway.connection_limits.max_per_peer}
            if server.http_gateway is not None else {}),
     })
-    stop = threading.Event()
-    received: list[int] = []
-
-    def on_signal(signum: int, _frame: object) -> None:
-        received.append(signum)
-        stop.set()
-
-    # Signal handlers run on the main thread; the drain itself happens below, not in the handler.
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     if config.exit_with_parent:
 
         def watch_parent() -> None:
