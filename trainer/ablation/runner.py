@@ -199,10 +199,9 @@ class Driver:
         self.jobs = opts.jobs
         self._children: set[subprocess.Popen] = set()
         self._children_lock = threading.Lock()
-        self._stopping = False
-        """Set on Ctrl-C: no further child starts (runs queued behind --jobs are dropped)."""
-        self._on_interrupted: Callable[[], None] | None = None
-        """With --jobs > 1, while workers run: stops the main thread's wait (_each)."""
+        self._stop = threading.Event()
+        """Set on Ctrl-C, SIGTERM or a run stopped from outside: no further child starts
+        (runs queued behind --jobs are dropped) and the --jobs wait ends (_each)."""
         variants = self.ablation.variants_for(opts.profile)
         if opts.variants:
             known = {v.name: v for v in self.ablation.variants}
@@ -387,7 +386,7 @@ class Driver:
             f.write(f"$ {' '.join(cmd)}\n")
             f.flush()
             with self._children_lock:  # no child may start once a Ctrl-C stopped the others
-                if self._stopping:
+                if self._stop.is_set():
                     raise KeyboardInterrupt
                 # Own session: a terminal's Ctrl-C reaches only this driver, which forwards it.
                 proc = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
@@ -407,7 +406,7 @@ class Driver:
         so each finishes its step and writes a checkpoint, and wait for them; a second Ctrl-C
         kills them. No child starts afterwards."""
         with self._children_lock:
-            self._stopping = True
+            self._stop.set()
             live = list(self._children)
         for proc in live:
             proc.send_signal(signal.SIGINT)
@@ -432,27 +431,24 @@ class Driver:
         others finished."""
         if self.jobs == 1:  # in the main thread: the order and output of a plain run
             return [work(item) for item in items]
-        # While workers run, a signal only sets a flag that this loop reads: an exception
+        # While workers run, a signal only sets the flag this loop reads: an exception
         # raised by a handler in the middle of futures.wait() can leave a future's lock held,
         # and the worker that then sets that future's result waits on it for ever.
-        stop = threading.Event()
-        handlers = {s: signal.signal(s, lambda signum, frame: stop.set())
+        handlers = {s: signal.signal(s, lambda signum, frame: self._stop.set())
                     for s in (signal.SIGINT, signal.SIGTERM)}
         pool = futures.ThreadPoolExecutor(max_workers=self.jobs,
                                           thread_name_prefix=f"ablate-{self.ablation.name}")
-        self._on_interrupted = stop.set  # a worker whose run was stopped stops the rest
         try:
             pending = [pool.submit(work, item) for item in items]
             # Only the unfinished ones: FIRST_COMPLETED returns at once while any is done,
             # which would spin this thread once the first item has finished.
-            while (running := [f for f in pending if not f.done()]) and not stop.is_set():
+            while (running := [f for f in pending if not f.done()]) and not self._stop.is_set():
                 futures.wait(running, timeout=0.2, return_when=futures.FIRST_COMPLETED)
         finally:
             for s, h in handlers.items():  # a second Ctrl-C is a KeyboardInterrupt again
                 signal.signal(s, h)
-            self._on_interrupted = None
         try:
-            if stop.is_set():
+            if self._stop.is_set():
                 self._stop_children()
                 raise KeyboardInterrupt
             return [f.result() for f in pending]
@@ -490,7 +486,7 @@ class Driver:
 
         def one(item: tuple[Variant, int]) -> RunOutcome:
             variant, seed = item
-            if self._stopping:  # queued behind --jobs when a Ctrl-C came: never started
+            if self._stop.is_set():  # queued behind --jobs when a Ctrl-C came: never started
                 raise KeyboardInterrupt
             print(f"[{self.ablation.name}] {variant.name} seed {seed} ...", flush=True)
             o = self.run_one(variant, seed, models[seed])
@@ -500,10 +496,7 @@ class Driver:
                    "interrupted": "interrupted", "failed": f"FAILED: {o.error}"}[o.status]
             print(f"[{self.ablation.name}] {variant.name} seed {seed}: {how}", flush=True)
             if o.status == "interrupted":  # its child was stopped: so is the ablation
-                with self._children_lock:
-                    self._stopping = True
-                if self._on_interrupted is not None:
-                    self._on_interrupted()
+                self._stop.set()
                 raise KeyboardInterrupt
             return o
 
